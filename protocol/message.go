@@ -1,0 +1,349 @@
+package protocol
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// Well-known attachment keys. The timeout travels as an attachment on the
+// wire but is decoded into [Message.Timeout], never into the map.
+const (
+	// AttachTimeout is the remaining deadline budget in whole
+	// milliseconds, rounded up, decimal ASCII (Dubbo's "timeout"
+	// attachment); "0" means the budget is spent.
+	AttachTimeout = "timeout"
+	// AttachIdempotencyKey is the key shared by every attempt of one
+	// call, so a server can deduplicate retries.
+	AttachIdempotencyKey = "idempotency-key"
+)
+
+// Message is one frame: a header and, for requests and responses, the
+// decoded body fields.
+//
+// A request body is
+//
+//	uvarint len | service | uvarint len | method |
+//	uvarint count | count × (uvarint len | key | uvarint len | value) |
+//	payload (the rest of the body, the codec's bytes, untouched)
+//
+// A response uses the same layout with empty service and method; a non-OK
+// response's payload is its error message as UTF-8 text. Event frames have
+// Dubbo's bodies, kept whole in Payload.
+type Message struct {
+	Header  Header
+	Service string
+	Method  string
+	// Timeout is the remaining deadline budget: > 0 a budget, 0 none,
+	// < 0 already spent. It travels as the "timeout" attachment.
+	Timeout time.Duration
+	// Attachments are string key/value pairs (idempotency key, trace
+	// ids, auth). Nil when the frame has none.
+	Attachments map[string]string
+	// Payload is the codec's bytes (or, in a non-OK response, the error
+	// text). After a read it aliases the message's own buffer and stays
+	// valid until the next read into the same Message.
+	Payload []byte
+
+	buf []byte // body storage reused across reads
+}
+
+// Reset clears m for reuse, keeping its read buffer.
+func (m *Message) Reset() {
+	buf := m.buf
+	*m = Message{buf: buf[:0]}
+}
+
+// Err returns nil for an OK response or a request, else the response's
+// status as a remote [*Error] whose Msg is the payload text.
+func (m *Message) Err() error {
+	f := m.Header.Flags()
+	s := m.Header.Status()
+	if f.IsRequest() || f.IsEvent() || s == StatusOK {
+		return nil
+	}
+	return &Error{Status: s, Msg: string(m.Payload), Remote: true}
+}
+
+// Errors returned by the readers. ErrBadMagic, ErrBodyTooLarge and a read
+// error leave the stream at an unknown position: close the connection.
+// ErrMalformed is reported after the whole frame was consumed, so the
+// stream is still in step and the header (m.Header) names the request to
+// answer with StatusBadRequest.
+var (
+	ErrBadMagic     = errors.New("protocol: bad magic")
+	ErrBodyTooLarge = errors.New("protocol: body too large")
+	ErrMalformed    = errors.New("protocol: malformed body")
+)
+
+// AppendMessage appends m encoded as a frame to dst and returns the result.
+// The magic and body length are filled in; the rest of m.Header is used as
+// set. Event frames are written with m.Payload as their whole body.
+func AppendMessage(dst []byte, m *Message) []byte {
+	start := len(dst)
+	h := m.Header
+	h.SetMagic()
+	dst = append(dst, h[:]...)
+	if !m.Header.Flags().IsEvent() {
+		dst = appendString(dst, m.Service)
+		dst = appendString(dst, m.Method)
+		n := len(m.Attachments)
+		if _, dup := m.Attachments[AttachTimeout]; dup {
+			n--
+		}
+		if m.Timeout != 0 {
+			n++
+		}
+		dst = binary.AppendUvarint(dst, uint64(n))
+		if m.Timeout != 0 {
+			// Rounded up, so the server's deadline is never earlier
+			// than the caller's: the caller gives up first.
+			var ms int64
+			switch {
+			case m.Timeout > maxTimeout:
+				ms = maxTimeoutMillis
+			case m.Timeout > 0:
+				ms = int64((m.Timeout + time.Millisecond - 1) / time.Millisecond)
+			}
+			dst = appendString(dst, AttachTimeout)
+			var num [20]byte
+			dst = appendBytes(dst, strconv.AppendInt(num[:0], ms, 10))
+		}
+		for k, v := range m.Attachments {
+			if k == AttachTimeout {
+				continue
+			}
+			dst = appendString(dst, k)
+			dst = appendString(dst, v)
+		}
+	}
+	dst = append(dst, m.Payload...)
+	binary.BigEndian.PutUint32(dst[start+12:start+16], uint32(len(dst)-start-HeaderLen))
+	return dst
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendBytes(dst []byte, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+// ReadMessage reads one frame from r into m, refusing a body longer than
+// maxBody (0 means DefaultMaxBody) before allocating anything for it.
+// See [Reader] for a reader that also interns names.
+func ReadMessage(r *bufio.Reader, m *Message, maxBody uint32) error {
+	return readMessage(r, m, maxBody, nil)
+}
+
+// Reader reads frames from one connection. It interns service and method
+// names, so steady traffic decodes them without allocating.
+type Reader struct {
+	br      *bufio.Reader
+	maxBody uint32
+	names   map[string]string
+}
+
+// maxInterned bounds the intern table, so a peer sending endless new names
+// cannot grow it without limit.
+const maxInterned = 4096
+
+// NewReader returns a Reader over br with a body limit (0 means
+// DefaultMaxBody).
+func NewReader(br *bufio.Reader, maxBody uint32) *Reader {
+	return &Reader{br: br, maxBody: maxBody, names: make(map[string]string)}
+}
+
+// Read reads one frame into m; its errors are those of ReadMessage.
+func (r *Reader) Read(m *Message) error {
+	return readMessage(r.br, m, r.maxBody, r.intern)
+}
+
+func (r *Reader) intern(b []byte) string {
+	if s, ok := r.names[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(r.names) < maxInterned {
+		r.names[s] = s
+	}
+	return s
+}
+
+// chunk is how much of a large body is allocated ahead of the bytes that
+// fill it, so a peer that claims a large length and sends little makes us
+// allocate little.
+const chunk = 64 << 10
+
+func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte) string) error {
+	if maxBody == 0 {
+		maxBody = DefaultMaxBody
+	}
+	buf := m.buf[:0]
+	*m = Message{}
+	if _, err := io.ReadFull(r, m.Header[:]); err != nil {
+		m.buf = buf
+		return err
+	}
+	if got := m.Header.Magic(); got != Magic {
+		m.buf = buf
+		return fmt.Errorf("%w: %#04x", ErrBadMagic, got)
+	}
+	n := m.Header.BodyLen()
+	if n > maxBody {
+		m.buf = buf
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, n, maxBody)
+	}
+	var err error
+	buf, err = readBody(r, buf, int(n))
+	m.buf = buf
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	if m.Header.Flags().IsEvent() {
+		m.Payload = buf
+		return nil
+	}
+	if err := m.decodeBody(buf, intern); err != nil {
+		return fmt.Errorf("%w: request id %d: %v", ErrMalformed, m.Header.ID(), err)
+	}
+	return nil
+}
+
+// maxKept is the largest buffer a Message keeps between reads when the
+// next body is much smaller: one large frame should not pin megabytes to a
+// connection for its lifetime.
+const maxKept = 1 << 20
+
+func readBody(r io.Reader, buf []byte, n int) ([]byte, error) {
+	if cap(buf) > maxKept && n < cap(buf)/4 {
+		buf = nil
+	}
+	if cap(buf) >= n || n <= chunk {
+		if cap(buf) < n {
+			buf = make([]byte, n)
+		}
+		buf = buf[:n]
+		_, err := io.ReadFull(r, buf)
+		return buf, err
+	}
+	buf = buf[:0]
+	for len(buf) < n {
+		step := min(n-len(buf), max(chunk, len(buf)))
+		if cap(buf)-len(buf) < step {
+			grown := make([]byte, len(buf), len(buf)+step)
+			copy(grown, buf)
+			buf = grown
+		}
+		k, err := io.ReadFull(r, buf[len(buf):len(buf)+step])
+		buf = buf[:len(buf)+k]
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
+}
+
+var errShort = errors.New("truncated field")
+
+func (m *Message) decodeBody(b []byte, intern func([]byte) string) error {
+	var field []byte
+	var err error
+	if field, b, err = readField(b); err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	m.Service = makeString(field, intern)
+	if field, b, err = readField(b); err != nil {
+		return fmt.Errorf("method: %w", err)
+	}
+	m.Method = makeString(field, intern)
+	count, k := binary.Uvarint(b)
+	if k <= 0 {
+		return fmt.Errorf("attachment count: %w", errShort)
+	}
+	b = b[k:]
+	if count > uint64(len(b)/2) { // each pair takes at least two bytes
+		return fmt.Errorf("attachment count %d exceeds the body", count)
+	}
+	for i := uint64(0); i < count; i++ {
+		var key, val []byte
+		if key, b, err = readField(b); err != nil {
+			return fmt.Errorf("attachment key: %w", err)
+		}
+		if val, b, err = readField(b); err != nil {
+			return fmt.Errorf("attachment value: %w", err)
+		}
+		if string(key) == AttachTimeout {
+			ms, perr := parseMillis(val)
+			if perr != nil {
+				return perr
+			}
+			m.Timeout = ms
+			continue
+		}
+		if m.Attachments == nil {
+			m.Attachments = make(map[string]string, count)
+		}
+		m.Attachments[makeString(key, intern)] = string(val)
+	}
+	m.Payload = b
+	return nil
+}
+
+func makeString(b []byte, intern func([]byte) string) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if intern != nil {
+		return intern(b)
+	}
+	return string(b)
+}
+
+func readField(b []byte) (field, rest []byte, err error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 {
+		return nil, nil, errShort
+	}
+	b = b[k:]
+	if n > uint64(len(b)) {
+		return nil, nil, errShort
+	}
+	return b[:n], b[n:], nil
+}
+
+// maxTimeoutMillis is the largest budget the wire carries (twelve digits,
+// about 31 years); a longer timeout is sent as this.
+const (
+	maxTimeoutMillis = 999_999_999_999
+	maxTimeout       = maxTimeoutMillis * time.Millisecond
+)
+
+// parseMillis reads a non-negative decimal count of milliseconds; 0 means
+// the budget is spent and comes back as -1ns.
+func parseMillis(b []byte) (time.Duration, error) {
+	if len(b) == 0 || len(b) > len("999999999999") {
+		return 0, fmt.Errorf("timeout %q is not a millisecond count", b)
+	}
+	var ms int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("timeout %q is not a millisecond count", b)
+		}
+		ms = ms*10 + int64(c-'0')
+	}
+	if ms == 0 {
+		return -1, nil
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}

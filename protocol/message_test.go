@@ -1,0 +1,558 @@
+package protocol_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+func TestRoundTrip(t *testing.T) {
+	big := make([]byte, 200<<10) // over the 64 KiB chunk: the chunked read path
+	rand.NewChaCha8([32]byte{1}).Read(big)
+	exact := bytes.Repeat([]byte{'e'}, 64<<10)
+
+	tests := []struct {
+		name string
+		in   protocol.Message
+		want protocol.Message // zero: same as in
+	}{
+		{name: "empty fields", in: protocol.Message{Header: request(1)}},
+		{name: "one-way request", in: func() protocol.Message {
+			var h protocol.Header
+			h.Init(protocol.MakeFlags(protocol.FlagRequest, 16), 0, 2)
+			return protocol.Message{Header: h, Service: "s", Method: "m", Payload: []byte(`{}`)}
+		}()},
+		{name: "typical request", in: protocol.Message{
+			Header: request(3), Service: "inventory.Inventory", Method: "Deduct",
+			Timeout: 1500 * time.Millisecond, Payload: []byte{0x0a, 0x06, 's', 'k', 'u', '-', '4', '2'},
+		}},
+		{name: "attachments", in: protocol.Message{
+			Header: request(4), Service: "svc", Method: "m",
+			Attachments: map[string]string{
+				protocol.AttachIdempotencyKey: "7f3a", "traceparent": "00-abc-def-01",
+				"empty": "", "": "empty key", "ключ": "значение",
+			},
+			Payload: []byte("p"),
+		}},
+		{name: "empty attachment map", in: protocol.Message{Header: request(5), Attachments: map[string]string{}}},
+		{name: "timeout 1ms", in: protocol.Message{Header: request(6), Timeout: time.Millisecond}},
+		{
+			name: "timeout rounded up to ms", in: protocol.Message{Header: request(7), Timeout: 2*time.Millisecond + time.Nanosecond},
+			want: protocol.Message{Header: request(7), Timeout: 3 * time.Millisecond},
+		},
+		{name: "timeout largest on the wire", in: protocol.Message{Header: request(8), Timeout: 999_999_999_999 * time.Millisecond}},
+		{name: "timeout spent", in: protocol.Message{Header: request(9), Timeout: -1}},
+		{
+			name: "timeout far spent", in: protocol.Message{Header: request(10), Timeout: -5 * time.Second},
+			want: protocol.Message{Header: request(10), Timeout: -1},
+		},
+		{
+			name: "timeout under 1ms is 1ms", in: protocol.Message{Header: request(11), Timeout: 500 * time.Microsecond},
+			want: protocol.Message{Header: request(11), Timeout: time.Millisecond},
+		},
+		{
+			name: "timeout key in map without Timeout is dropped",
+			in:   protocol.Message{Header: request(12), Attachments: map[string]string{"timeout": "5", "k": "v"}},
+			want: protocol.Message{Header: request(12), Attachments: map[string]string{"k": "v"}},
+		},
+		{
+			name: "Timeout wins over the map's timeout key",
+			in:   protocol.Message{Header: request(13), Timeout: time.Second, Attachments: map[string]string{"timeout": "5"}},
+			want: protocol.Message{Header: request(13), Timeout: time.Second},
+		},
+		{name: "ok response", in: protocol.Message{Header: response(14, protocol.StatusOK), Payload: []byte{0x08, 0x62}}},
+		{name: "error response", in: protocol.Message{Header: response(15, protocol.StatusServiceError), Payload: []byte("out of stock: sku-42")}},
+		{name: "payload exactly 64 KiB", in: protocol.Message{Header: request(16), Service: "s", Method: "m", Payload: exact}},
+		{name: "payload 200 KiB", in: protocol.Message{Header: request(17), Service: "s", Method: "m", Timeout: time.Second, Payload: big}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := &tt.want
+			if want.Header == (protocol.Header{}) {
+				want = &tt.in
+			}
+			frame := encode(&tt.in)
+			var h protocol.Header
+			copy(h[:], frame)
+			if h.Magic() != protocol.Magic {
+				t.Errorf("magic %#x", h.Magic())
+			}
+			if got := int(h.BodyLen()); got != len(frame)-protocol.HeaderLen {
+				t.Errorf("body length %d in the header, frame body is %d bytes", got, len(frame)-protocol.HeaderLen)
+			}
+			for name, r := range map[string]*bufio.Reader{
+				"whole":        reader(frame),
+				"7-byte reads": bufio.NewReaderSize(&chunkReader{bytes.NewReader(frame), 7}, 16),
+			} {
+				var got protocol.Message
+				if err := protocol.ReadMessage(r, &got, 0); err != nil {
+					t.Fatalf("%s: ReadMessage: %v", name, err)
+				}
+				if d := diffMessage(&got, want); d != "" {
+					t.Errorf("%s: %s", name, d)
+				}
+				if got.Header.BodyLen() != h.BodyLen() {
+					t.Errorf("%s: read body length %d, want %d", name, got.Header.BodyLen(), h.BodyLen())
+				}
+				if _, err := r.ReadByte(); err != io.EOF {
+					t.Errorf("%s: bytes left after the frame (err %v)", name, err)
+				}
+			}
+		})
+	}
+}
+
+func TestAppendMessageAppends(t *testing.T) {
+	m := protocol.Message{Header: request(1), Service: "s", Method: "m", Payload: []byte("x")}
+	one := encode(&m)
+	two := protocol.AppendMessage(append([]byte(nil), one...), &m)
+	if !bytes.Equal(two[:len(one)], one) || !bytes.Equal(two[len(one):], one) {
+		t.Fatalf("appending a second frame changed the first or wrote a different one:\n% x", two)
+	}
+	r := reader(two)
+	for i := range 2 {
+		var got protocol.Message
+		mustRead(t, r, &got)
+		if d := diffMessage(&got, &m); d != "" {
+			t.Errorf("frame %d: %s", i, d)
+		}
+	}
+}
+
+// The magic is always written, even when the caller left it unset; the
+// caller's header is not modified.
+func TestAppendMessageSetsMagicAndLength(t *testing.T) {
+	var m protocol.Message
+	m.Header.SetFlags(protocol.MakeFlags(protocol.FlagRequest, 22))
+	m.Header.SetBodyLen(12345)
+	frame := encode(&m)
+	want := []byte{0xda, 0xbb, 0x96, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0}
+	if !bytes.Equal(frame, want) {
+		t.Errorf("frame % x, want % x", frame, want)
+	}
+	if m.Header.Magic() != 0 || m.Header.BodyLen() != 12345 {
+		t.Errorf("AppendMessage modified the caller's header: % x", m.Header[:])
+	}
+}
+
+func TestTimeoutOnTheWire(t *testing.T) {
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		want    string // the body's attachment section; "" for none
+	}{
+		{"none", 0, "\x00"},
+		{"positive", 1500 * time.Millisecond, "\x01\x07timeout\x041500"},
+		{"rounded up", 1500*time.Millisecond + time.Nanosecond, "\x01\x07timeout\x041501"},
+		{"under 1ms", time.Nanosecond, "\x01\x07timeout\x011"},
+		{"spent", -1, "\x01\x07timeout\x010"},
+		{"far spent", -time.Hour, "\x01\x07timeout\x010"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := protocol.Message{Header: request(1), Timeout: tt.timeout}
+			body := encode(&m)[protocol.HeaderLen:]
+			// Empty service and method, then the attachments.
+			if got := string(body[2:]); got != tt.want {
+				t.Errorf("attachments %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReadMessageBufferReuse(t *testing.T) {
+	frames := []protocol.Message{
+		{Header: request(1), Service: "a", Method: "big", Payload: bytes.Repeat([]byte{'B'}, 300<<10)},
+		{Header: request(2), Service: "a", Method: "small", Payload: []byte("s"), Attachments: map[string]string{"k": "v"}},
+		{Header: response(3, protocol.StatusOK)},
+		{Header: request(4), Service: "b", Method: "mid", Payload: bytes.Repeat([]byte{'M'}, 70<<10)},
+		{Header: request(5), Service: "a", Method: "big", Payload: bytes.Repeat([]byte{'C'}, 300<<10)},
+	}
+	var stream []byte
+	for i := range frames {
+		stream = protocol.AppendMessage(stream, &frames[i])
+	}
+	stream = protocol.AppendHeartbeat(stream, 6)
+	r := reader(stream)
+	var m protocol.Message
+	for i := range frames {
+		mustRead(t, r, &m)
+		if d := diffMessage(&m, &frames[i]); d != "" {
+			t.Errorf("frame %d: %s", i, d)
+		}
+	}
+	mustRead(t, r, &m)
+	if !m.IsHeartbeat() || m.Service != "" || m.Attachments != nil || m.Header.ID() != 6 {
+		t.Errorf("heartbeat after reuse read as %+v", m)
+	}
+	if err := protocol.ReadMessage(r, &m, 0); err != io.EOF {
+		t.Errorf("at the end of the stream: %v, want io.EOF", err)
+	}
+}
+
+// After a read, Payload aliases the Message's own buffer: a second read
+// into the same Message reuses it, a read into another Message does not.
+func TestPayloadValidUntilNextRead(t *testing.T) {
+	a := protocol.Message{Header: request(1), Service: "s", Method: "m", Payload: []byte("aaaa")}
+	b := protocol.Message{Header: request(2), Service: "s", Method: "m", Payload: []byte("bbbb")}
+	stream := protocol.AppendMessage(encode(&a), &b)
+	stream = protocol.AppendMessage(stream, &a)
+	r := reader(stream)
+	var m, other protocol.Message
+	mustRead(t, r, &m)
+	first := m.Payload
+	mustRead(t, r, &other)
+	if string(first) != "aaaa" {
+		t.Errorf("a read into another Message changed the payload to %q", first)
+	}
+	mustRead(t, r, &m)
+	if unsafe.SliceData(m.Payload) != unsafe.SliceData(first) {
+		t.Error("the second read into the same Message did not reuse its buffer")
+	}
+}
+
+func TestReadMessageBadMagic(t *testing.T) {
+	frame := encode(&protocol.Message{Header: request(1)})
+	frame[0], frame[1] = 0xca, 0xfe
+	var m protocol.Message
+	err := protocol.ReadMessage(reader(frame), &m, 0)
+	if !errors.Is(err, protocol.ErrBadMagic) {
+		t.Fatalf("err = %v, want ErrBadMagic", err)
+	}
+	if !strings.Contains(err.Error(), "0xcafe") {
+		t.Errorf("err %q does not show the bytes read", err)
+	}
+}
+
+func TestReadMessageBodyTooLarge(t *testing.T) {
+	header := func(n uint32) []byte {
+		h := request(1)
+		h.SetBodyLen(n)
+		return h[:]
+	}
+	tests := []struct {
+		name    string
+		length  uint32
+		maxBody uint32
+	}{
+		{"over a small limit", 1025, 1024},
+		{"over the default limit", protocol.DefaultMaxBody + 1, 0},
+		{"4 GiB claimed", 0xFFFFFFFF, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stream := append(header(tt.length), make([]byte, 100)...)
+			var m protocol.Message
+			err := protocol.ReadMessage(reader(stream), &m, tt.maxBody)
+			if !errors.Is(err, protocol.ErrBodyTooLarge) {
+				t.Fatalf("err = %v, want ErrBodyTooLarge", err)
+			}
+			if m.Header.ID() != 1 || m.Header.BodyLen() != tt.length {
+				t.Errorf("header not filled: % x", m.Header[:])
+			}
+			// Nothing of the claimed length is allocated: only the
+			// error and the reader's own buffer.
+			n := allocatedBytes(20, func() {
+				var m protocol.Message
+				_ = protocol.ReadMessage(reader(stream), &m, tt.maxBody)
+			})
+			if n > 8<<10 {
+				t.Errorf("refusing the frame allocated %d bytes", n)
+			}
+		})
+	}
+	t.Run("at the limit", func(t *testing.T) {
+		m := protocol.Message{Header: request(1), Payload: make([]byte, 1021)}
+		frame := encode(&m) // body: 3 + 1021 bytes
+		var got protocol.Message
+		if err := protocol.ReadMessage(reader(frame), &got, 1024); err != nil {
+			t.Fatalf("a body of exactly the limit: %v", err)
+		}
+	})
+}
+
+// A peer that claims a large length and then sends little makes the reader
+// allocate in proportion to what arrived, not to the claim.
+func TestReadMessageClaimedLengthNotAllocated(t *testing.T) {
+	tests := []struct {
+		name    string
+		length  uint32
+		maxBody uint32
+	}{
+		{"8 MiB at the default limit", protocol.DefaultMaxBody, 0},
+		{"4 GiB under a 4 GiB limit", 0xFFFFFFFF, 0xFFFFFFFF},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := request(1)
+			h.SetBodyLen(tt.length)
+			stream := append(h[:], make([]byte, 1000)...)
+			var m protocol.Message
+			err := protocol.ReadMessage(reader(stream), &m, tt.maxBody)
+			if !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("err = %v, want io.ErrUnexpectedEOF", err)
+			}
+			n := allocatedBytes(10, func() {
+				var m protocol.Message
+				_ = protocol.ReadMessage(reader(stream), &m, tt.maxBody)
+			})
+			if n > 128<<10 {
+				t.Errorf("a 1000-byte body claiming %d bytes allocated %d bytes", tt.length, n)
+			}
+		})
+	}
+}
+
+func TestReadMessageTruncated(t *testing.T) {
+	small := encode(&protocol.Message{Header: request(1), Service: "svc", Method: "m", Payload: []byte("payload")})
+	large := encode(&protocol.Message{Header: request(2), Payload: make([]byte, 150<<10)})
+	tests := []struct {
+		name   string
+		stream []byte
+		want   error
+	}{
+		{"empty stream", nil, io.EOF},
+		{"one header byte", small[:1], io.ErrUnexpectedEOF},
+		{"15 header bytes", small[:15], io.ErrUnexpectedEOF},
+		{"header only", small[:16], io.ErrUnexpectedEOF},
+		{"body cut", small[:len(small)-1], io.ErrUnexpectedEOF},
+		{"large body cut in the first chunk", large[:1000], io.ErrUnexpectedEOF},
+		{"large body cut in a later chunk", large[:len(large)-1], io.ErrUnexpectedEOF},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var m protocol.Message
+			err := protocol.ReadMessage(reader(tt.stream), &m, 0)
+			if err != tt.want {
+				t.Errorf("err = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	t.Run("clean boundary after a frame", func(t *testing.T) {
+		r := reader(small)
+		var m protocol.Message
+		mustRead(t, r, &m)
+		if err := protocol.ReadMessage(r, &m, 0); err != io.EOF {
+			t.Errorf("err = %v, want io.EOF", err)
+		}
+	})
+}
+
+func TestReadMessageMalformed(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+	}{
+		{"empty body", ""},
+		{"service length unterminated", "\x80"},
+		{"service length overflows", "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"},
+		{"service longer than the body", "\x05abc"},
+		{"method missing", "\x01s"},
+		{"method longer than the body", "\x01s\x09m"},
+		{"attachment count missing", "\x01s\x01m"},
+		{"attachment count too large", "\x01s\x01m\x05\x01k\x01v"},
+		{"attachment count huge", "\x01s\x01m\xff\xff\xff\xff\x0f"},
+		{"attachment key cut", "\x01s\x01m\x01\x05ke"},
+		{"attachment value missing", "\x01s\x01m\x02\x01k\x01v\x01k"},
+		{"attachment value cut", "\x01s\x01m\x01\x01k\x05va"},
+		{"timeout not a number", "\x00\x00\x01\x07timeout\x03abc"},
+		{"timeout negative", "\x00\x00\x01\x07timeout\x02-5"},
+		{"timeout empty", "\x00\x00\x01\x07timeout\x00"},
+		{"timeout with a unit", "\x00\x00\x01\x07timeout\x0410ms"},
+		{"timeout too long", "\x00\x00\x01\x07timeout\x0d1000000000000"},
+	}
+	next := encode(&protocol.Message{Header: request(99), Service: "ok", Method: "next"})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := request(42)
+			h.SetBodyLen(uint32(len(tt.body)))
+			stream := append(append(h[:], tt.body...), next...)
+			r := reader(stream)
+			var m protocol.Message
+			err := protocol.ReadMessage(r, &m, 0)
+			if !errors.Is(err, protocol.ErrMalformed) {
+				t.Fatalf("err = %v, want ErrMalformed", err)
+			}
+			if !strings.Contains(err.Error(), "request id 42") {
+				t.Errorf("err %q does not name the request id", err)
+			}
+			if m.Header.ID() != 42 || !m.Header.Flags().IsRequest() {
+				t.Errorf("header not filled, a server cannot answer: % x", m.Header[:])
+			}
+			// The whole frame was consumed: the stream is still in step.
+			if err := protocol.ReadMessage(r, &m, 0); err != nil {
+				t.Fatalf("the frame after a malformed one: %v", err)
+			}
+			if m.Header.ID() != 99 || m.Method != "next" {
+				t.Errorf("the frame after a malformed one read as id %d method %q", m.Header.ID(), m.Method)
+			}
+		})
+	}
+}
+
+// Attachment values are decoded as given, duplicates keep the last value,
+// and a non-minimal varint is accepted.
+func TestReadMessageLenient(t *testing.T) {
+	body := "\x01s" + // service "s"
+		"\x81\x00m" + // method "m", its length as a non-minimal varint
+		"\x03" + "\x01k\x01a" + "\x01k\x01b" + // duplicate key: the last wins
+		"\x07timeout\x0500042" // leading zeros
+	h := request(1)
+	h.SetBodyLen(uint32(len(body)))
+	var m protocol.Message
+	if err := protocol.ReadMessage(reader(append(h[:], body...)), &m, 0); err != nil {
+		t.Fatalf("ReadMessage: %v", err)
+	}
+	if m.Service != "s" || m.Method != "m" || m.Attachments["k"] != "b" || len(m.Attachments) != 1 || m.Timeout != 42*time.Millisecond {
+		t.Errorf("read %+v", m)
+	}
+}
+
+// ReadMessage accepts at most 12 digits of milliseconds, so AppendMessage
+// caps a longer budget (10^12 ms, 31.7 years, or a "no deadline" of
+// math.MaxInt64, where rounding up would overflow) at 999999999999 ms.
+func TestHugeTimeoutRoundTrip(t *testing.T) {
+	for _, d := range []time.Duration{1_000_000_000_000 * time.Millisecond, math.MaxInt64 - 1000, math.MaxInt64} {
+		in := protocol.Message{Header: request(1), Service: "s", Method: "m", Timeout: d}
+		var got protocol.Message
+		if err := protocol.ReadMessage(reader(encode(&in)), &got, 0); err != nil {
+			t.Errorf("Timeout %v: %v", d, err)
+			continue
+		}
+		if got.Timeout < 999_999_999_999*time.Millisecond {
+			t.Errorf("Timeout %v read back as %v", d, got.Timeout)
+		}
+	}
+}
+
+func TestMessageErr(t *testing.T) {
+	var heartbeatResp protocol.Message
+	if err := protocol.ReadMessage(reader(protocol.AppendHeartbeatResponse(nil, 1)), &heartbeatResp, 0); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		m    protocol.Message
+		want *protocol.Error
+	}{
+		{"request", protocol.Message{Header: request(1)}, nil},
+		{"ok response", protocol.Message{Header: response(1, protocol.StatusOK), Payload: []byte("x")}, nil},
+		{"heartbeat response", heartbeatResp, nil},
+		{"error response", protocol.Message{Header: response(1, protocol.StatusServiceNotFound), Payload: []byte("no such method")},
+			&protocol.Error{Status: protocol.StatusServiceNotFound, Msg: "no such method", Remote: true}},
+		{"error without text", protocol.Message{Header: response(1, protocol.StatusServerThreadpoolExhausted)},
+			&protocol.Error{Status: protocol.StatusServerThreadpoolExhausted, Remote: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.m.Err()
+			if tt.want == nil {
+				if err != nil {
+					t.Errorf("Err() = %v, want nil", err)
+				}
+				return
+			}
+			var e *protocol.Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Err() = %v, want *Error", err)
+			}
+			if *e != *tt.want {
+				t.Errorf("Err() = %+v, want %+v", e, tt.want)
+			}
+		})
+	}
+}
+
+func TestMessageReset(t *testing.T) {
+	var m protocol.Message
+	mustRead(t, reader(encode(&protocol.Message{
+		Header: request(1), Service: "s", Method: "m", Timeout: time.Second,
+		Attachments: map[string]string{"k": "v"}, Payload: []byte("p"),
+	})), &m)
+	m.Reset()
+	if d := diffMessage(&m, &protocol.Message{}); d != "" || m.Attachments != nil {
+		t.Errorf("after Reset: %s", d)
+	}
+}
+
+func TestReaderInterns(t *testing.T) {
+	m := protocol.Message{Header: request(1), Service: "inventory.Inventory", Method: "Deduct", Attachments: map[string]string{"trace": "1"}}
+	stream := protocol.AppendMessage(encode(&m), &m)
+	r := protocol.NewReader(reader(stream), 0)
+	var a, b protocol.Message
+	for _, x := range []*protocol.Message{&a, &b} {
+		if err := r.Read(x); err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		if d := diffMessage(x, &m); d != "" {
+			t.Fatal(d)
+		}
+	}
+	if unsafe.StringData(a.Service) != unsafe.StringData(b.Service) || unsafe.StringData(a.Method) != unsafe.StringData(b.Method) {
+		t.Error("service and method are not interned across reads")
+	}
+	if err := r.Read(&a); err != io.EOF {
+		t.Errorf("at the end: %v, want io.EOF", err)
+	}
+}
+
+func TestReaderLimit(t *testing.T) {
+	frame := encode(&protocol.Message{Header: request(1), Payload: make([]byte, 100)})
+	var m protocol.Message
+	if err := protocol.NewReader(reader(frame), 50).Read(&m); !errors.Is(err, protocol.ErrBodyTooLarge) {
+		t.Errorf("Read over the limit: %v, want ErrBodyTooLarge", err)
+	}
+	if err := protocol.NewReader(reader(frame), 0).Read(&m); err != nil {
+		t.Errorf("Read under the default limit: %v", err)
+	}
+}
+
+// typical is a request as the benchmarks and allocation tests use it.
+func typical() *protocol.Message {
+	return &protocol.Message{
+		Header:  request(1),
+		Service: "inventory.Inventory",
+		Method:  "Deduct",
+		Timeout: 1000 * time.Millisecond,
+		Payload: bytes.Repeat([]byte{0x5a}, 64),
+	}
+}
+
+func TestAppendMessageNoAllocs(t *testing.T) {
+	m := typical()
+	m.Attachments = map[string]string{"k": "v", "idempotency-key": "abc"}
+	buf := make([]byte, 0, 512)
+	if n := testing.AllocsPerRun(100, func() { buf = protocol.AppendMessage(buf[:0], m) }); n != 0 {
+		t.Errorf("AppendMessage into a buffer with room: %v allocs/op, want 0", n)
+	}
+}
+
+// Steady traffic of identical requests without attachments decodes with no
+// allocation: names are interned, the body buffer is reused.
+func TestReaderSteadyNoAllocs(t *testing.T) {
+	r := protocol.NewReader(bufio.NewReader(&loopReader{data: encode(typical())}), 0)
+	var m protocol.Message
+	if err := r.Read(&m); err != nil {
+		t.Fatal(err)
+	}
+	n := testing.AllocsPerRun(1000, func() {
+		if err := r.Read(&m); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n != 0 {
+		t.Errorf("Reader.Read of a steady stream: %v allocs/op, want 0", n)
+	}
+	if m.Method != "Deduct" || m.Timeout != time.Second {
+		t.Errorf("read %+v", m)
+	}
+}

@@ -1,0 +1,190 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"strconv"
+)
+
+// Status is the fourth header byte of a response, with Apache Dubbo's codes.
+// Requests carry 0.
+//
+// Who makes 30, 31 and 35 matters: made by the client itself, 30 says the
+// request was never sent, so the server did nothing; 31 and 35 say it was
+// sent and the server may have acted. A 31 received from a dabb server says
+// the opposite: the budget was spent before the handler ran, so nothing was
+// done. [Error.Remote] tells the two apart.
+type Status byte
+
+const (
+	// StatusOK: the call succeeded.
+	StatusOK Status = 20
+	// StatusSerializationError: a payload could not be encoded or
+	// decoded. Not retryable as is.
+	StatusSerializationError Status = 25
+	// StatusClientTimeout: the budget ran out before the request was
+	// sent; the server never saw it. Safe to retry while budget remains.
+	StatusClientTimeout Status = 30
+	// StatusServerTimeout: made by the client, the budget ran out after
+	// sending, the server may have acted; received from a dabb server,
+	// the budget was spent before the handler ran and nothing was done.
+	StatusServerTimeout Status = 31
+	// StatusChannelInactive: the connection was lost. Before sending, the
+	// request never left; after, the server may have acted.
+	StatusChannelInactive Status = 35
+	// StatusBadRequest: the server could not understand the request
+	// (unknown serialization id, undecodable payload). Do not retry.
+	StatusBadRequest Status = 40
+	// StatusBadResponse: the client could not understand the response.
+	StatusBadResponse Status = 50
+	// StatusServiceNotFound: no such service or method on the server.
+	StatusServiceNotFound Status = 60
+	// StatusServiceError: the handler returned an error or panicked. The
+	// handler ran; retry only idempotent methods.
+	StatusServiceError Status = 70
+	// StatusServerError: the server failed outside the handler (it is
+	// shutting down, or broke while answering).
+	StatusServerError Status = 80
+	// StatusClientError: the client failed on its own (bad argument,
+	// closed client, call cancelled).
+	StatusClientError Status = 90
+	// StatusServerThreadpoolExhausted: the server was at its concurrency
+	// limit and rejected the request without running it. Safe to retry
+	// elsewhere.
+	StatusServerThreadpoolExhausted Status = 100
+)
+
+// String returns the status's name, as Dubbo spells it in lower case.
+func (s Status) String() string {
+	switch s {
+	case 0:
+		return "none"
+	case StatusOK:
+		return "ok"
+	case StatusSerializationError:
+		return "serialization error"
+	case StatusClientTimeout:
+		return "client timeout"
+	case StatusServerTimeout:
+		return "server timeout"
+	case StatusChannelInactive:
+		return "channel inactive"
+	case StatusBadRequest:
+		return "bad request"
+	case StatusBadResponse:
+		return "bad response"
+	case StatusServiceNotFound:
+		return "service not found"
+	case StatusServiceError:
+		return "service error"
+	case StatusServerError:
+		return "server error"
+	case StatusClientError:
+		return "client error"
+	case StatusServerThreadpoolExhausted:
+		return "server threadpool exhausted"
+	}
+	return "status(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Sentinels matched by errors.Is against any [*Error] of the statuses
+// listed with each. They say what a caller may do next.
+var (
+	// ErrTimeout: the call's budget ran out (30, 31).
+	ErrTimeout = errors.New("timeout")
+	// ErrUnavailable: no connection or instance could take the call, or
+	// the connection was lost (35, 80).
+	ErrUnavailable = errors.New("unavailable")
+	// ErrNotFound: the server has no such service or method (60).
+	ErrNotFound = errors.New("not found")
+	// ErrOverloaded: the server rejected the call without running it
+	// (100). Safe to retry on another instance.
+	ErrOverloaded = errors.New("overloaded")
+	// ErrBadRequest: the request could not be encoded or understood
+	// (25, 40, 50, 90). Retrying will not help.
+	ErrBadRequest = errors.New("bad request")
+	// ErrServiceError: the handler ran and returned an error (70).
+	ErrServiceError = errors.New("service error")
+)
+
+// Error is the error type every layer of dabb creates and inspects: a
+// status, a message, where it was made, and an optional cause.
+type Error struct {
+	Status Status
+	Msg    string
+	// Remote is true when the status arrived in a response from the
+	// peer, false when this process made it.
+	Remote bool
+	// Err is the underlying cause, if any (a network error, a context
+	// error); errors.Is and errors.As see through it.
+	Err error
+}
+
+// Error formats the error as "status 60 (service not found): msg".
+func (e *Error) Error() string {
+	b := make([]byte, 0, 64+len(e.Msg))
+	if e.Remote {
+		b = append(b, "remote "...)
+	}
+	b = append(b, "status "...)
+	b = strconv.AppendInt(b, int64(e.Status), 10)
+	b = append(b, " ("...)
+	b = append(b, e.Status.String()...)
+	b = append(b, ')')
+	if e.Msg != "" {
+		b = append(b, ": "...)
+		b = append(b, e.Msg...)
+	}
+	if e.Err != nil && e.Err.Error() != e.Msg {
+		b = append(b, ": "...)
+		b = append(b, e.Err.Error()...)
+	}
+	return string(b)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches the sentinels by status, so errors.Is(err, ErrTimeout) is true
+// for a status 30 or 31 error.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrTimeout:
+		return e.Status == StatusClientTimeout || e.Status == StatusServerTimeout
+	case ErrUnavailable:
+		return e.Status == StatusChannelInactive || e.Status == StatusServerError
+	case ErrNotFound:
+		return e.Status == StatusServiceNotFound
+	case ErrOverloaded:
+		return e.Status == StatusServerThreadpoolExhausted
+	case ErrBadRequest:
+		switch e.Status {
+		case StatusSerializationError, StatusBadRequest, StatusBadResponse, StatusClientError:
+			return true
+		}
+	case ErrServiceError:
+		return e.Status == StatusServiceError
+	}
+	return false
+}
+
+// StatusOf returns the status an error stands for: StatusOK for nil, the
+// status of an [*Error] found with errors.As, StatusClientTimeout for
+// context.DeadlineExceeded, StatusClientError for context.Canceled, and
+// StatusServiceError for any other error (a handler's own error).
+func StatusOf(err error) Status {
+	if err == nil {
+		return StatusOK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return StatusClientTimeout
+	case errors.Is(err, context.Canceled):
+		return StatusClientError
+	}
+	return StatusServiceError
+}

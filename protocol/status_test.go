@@ -1,0 +1,157 @@
+package protocol_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+func TestStatusString(t *testing.T) {
+	tests := []struct {
+		s    protocol.Status
+		code byte
+		want string
+	}{
+		{0, 0, "none"},
+		{protocol.StatusOK, 20, "ok"},
+		{protocol.StatusSerializationError, 25, "serialization error"},
+		{protocol.StatusClientTimeout, 30, "client timeout"},
+		{protocol.StatusServerTimeout, 31, "server timeout"},
+		{protocol.StatusChannelInactive, 35, "channel inactive"},
+		{protocol.StatusBadRequest, 40, "bad request"},
+		{protocol.StatusBadResponse, 50, "bad response"},
+		{protocol.StatusServiceNotFound, 60, "service not found"},
+		{protocol.StatusServiceError, 70, "service error"},
+		{protocol.StatusServerError, 80, "server error"},
+		{protocol.StatusClientError, 90, "client error"},
+		{protocol.StatusServerThreadpoolExhausted, 100, "server threadpool exhausted"},
+		{21, 21, "status(21)"},
+		{255, 255, "status(255)"},
+	}
+	for _, tt := range tests {
+		if byte(tt.s) != tt.code {
+			t.Errorf("%s = %d, want Dubbo's code %d", tt.want, byte(tt.s), tt.code)
+		}
+		if got := tt.s.String(); got != tt.want {
+			t.Errorf("Status(%d).String() = %q, want %q", tt.code, got, tt.want)
+		}
+	}
+}
+
+func TestErrorError(t *testing.T) {
+	cause := errors.New("connection reset")
+	tests := []struct {
+		name string
+		err  *protocol.Error
+		want string
+	}{
+		{"status only", &protocol.Error{Status: protocol.StatusServiceNotFound}, "status 60 (service not found)"},
+		{"message", &protocol.Error{Status: protocol.StatusServiceNotFound, Msg: "no inventory.Inventory"}, "status 60 (service not found): no inventory.Inventory"},
+		{"remote", &protocol.Error{Status: protocol.StatusServiceError, Msg: "out of stock", Remote: true}, "remote status 70 (service error): out of stock"},
+		{"cause", &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "write", Err: cause}, "status 35 (channel inactive): write: connection reset"},
+		{"cause without message", &protocol.Error{Status: protocol.StatusChannelInactive, Err: cause}, "status 35 (channel inactive): connection reset"},
+		{"cause equal to message", &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "connection reset", Err: cause}, "status 35 (channel inactive): connection reset"},
+		{"unknown status", &protocol.Error{Status: 7}, "status 7 (status(7))"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.err.Error(); got != tt.want {
+				t.Errorf("Error() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestErrorIs(t *testing.T) {
+	sentinels := []error{
+		protocol.ErrTimeout, protocol.ErrUnavailable, protocol.ErrNotFound,
+		protocol.ErrOverloaded, protocol.ErrBadRequest, protocol.ErrServiceError,
+	}
+	tests := []struct {
+		s    protocol.Status
+		want error // the one sentinel it matches, nil for none
+	}{
+		{protocol.StatusOK, nil},
+		{protocol.StatusSerializationError, protocol.ErrBadRequest},
+		{protocol.StatusClientTimeout, protocol.ErrTimeout},
+		{protocol.StatusServerTimeout, protocol.ErrTimeout},
+		{protocol.StatusChannelInactive, protocol.ErrUnavailable},
+		{protocol.StatusBadRequest, protocol.ErrBadRequest},
+		{protocol.StatusBadResponse, protocol.ErrBadRequest},
+		{protocol.StatusServiceNotFound, protocol.ErrNotFound},
+		{protocol.StatusServiceError, protocol.ErrServiceError},
+		{protocol.StatusServerError, protocol.ErrUnavailable},
+		{protocol.StatusClientError, protocol.ErrBadRequest},
+		{protocol.StatusServerThreadpoolExhausted, protocol.ErrOverloaded},
+		{99, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.s.String(), func(t *testing.T) {
+			// Wrapped, as callers see it.
+			err := fmt.Errorf("proxy: call: %w", &protocol.Error{Status: tt.s, Remote: true})
+			for _, s := range sentinels {
+				if got := errors.Is(err, s); got != (s == tt.want) {
+					t.Errorf("errors.Is(status %d, %v) = %v", tt.s, s, got)
+				}
+			}
+		})
+	}
+}
+
+func TestErrorUnwrapAndAs(t *testing.T) {
+	err := fmt.Errorf("transport: %w", &protocol.Error{
+		Status: protocol.StatusClientTimeout,
+		Msg:    "budget spent",
+		Err:    context.DeadlineExceeded,
+	})
+	var pe *protocol.Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("errors.As found no *Error in %v", err)
+	}
+	if pe.Status != protocol.StatusClientTimeout || pe.Msg != "budget spent" || pe.Remote {
+		t.Errorf("errors.As gave %+v", pe)
+	}
+	if pe.Unwrap() != context.DeadlineExceeded {
+		t.Errorf("Unwrap() = %v, want context.DeadlineExceeded", pe.Unwrap())
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Error("errors.Is does not see the cause through *Error")
+	}
+	if !errors.Is(err, protocol.ErrTimeout) {
+		t.Error("errors.Is(err, ErrTimeout) = false")
+	}
+	if errors.Is(err, io.EOF) {
+		t.Error("errors.Is matched an unrelated error")
+	}
+	if (&protocol.Error{}).Unwrap() != nil {
+		t.Error("Unwrap without a cause is not nil")
+	}
+}
+
+func TestStatusOf(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want protocol.Status
+	}{
+		{"nil", nil, protocol.StatusOK},
+		{"error", &protocol.Error{Status: protocol.StatusServiceNotFound}, protocol.StatusServiceNotFound},
+		{"wrapped error", fmt.Errorf("x: %w", &protocol.Error{Status: protocol.StatusServerThreadpoolExhausted}), protocol.StatusServerThreadpoolExhausted},
+		{"error beats its cause", &protocol.Error{Status: protocol.StatusServerTimeout, Err: context.Canceled}, protocol.StatusServerTimeout},
+		{"deadline", context.DeadlineExceeded, protocol.StatusClientTimeout},
+		{"wrapped deadline", fmt.Errorf("x: %w", context.DeadlineExceeded), protocol.StatusClientTimeout},
+		{"canceled", context.Canceled, protocol.StatusClientError},
+		{"handler error", errors.New("out of stock"), protocol.StatusServiceError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := protocol.StatusOf(tt.err); got != tt.want {
+				t.Errorf("StatusOf(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
