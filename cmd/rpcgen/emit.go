@@ -1,0 +1,389 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"go/format"
+	"go/types"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Import paths of the runtime the generated code targets.
+const (
+	dabbPath  = "github.com/dabbrpc/dabb"
+	proxyPath = "github.com/dabbrpc/dabb/proxy"
+	codecPath = "github.com/dabbrpc/dabb/codec/proto" // the default codec
+)
+
+// localNames are the identifiers generated functions declare; an import with
+// one of these names would be shadowed.
+var localNames = []string{"c", "ctx", "dec", "err", "impl", "req", "resp", "s", "srv"}
+
+// generator accumulates one output file.
+type generator struct {
+	buf     bytes.Buffer
+	pkg     *pkgInfo
+	imports *importSet
+}
+
+// Printf appends formatted text to the output.
+func (g *generator) Printf(format string, args ...any) {
+	fmt.Fprintf(&g.buf, format, args...)
+}
+
+// names are the package-level identifiers generated for one service.
+type names struct {
+	serviceName string // InventoryServiceName
+	newClient   string // NewInventoryClient
+	client      string // inventoryClient
+	register    string // RegisterInventoryServer
+	desc        string // InventoryServiceDesc
+}
+
+func namesOf(iface string) names {
+	return names{
+		serviceName: iface + "ServiceName",
+		newClient:   "New" + iface + "Client",
+		client:      lowerFirst(iface) + "Client",
+		register:    "Register" + iface + "Server",
+		desc:        iface + "ServiceDesc",
+	}
+}
+
+func handlerName(iface, m string) string { return "_" + iface + "_" + m + "_Handler" }
+
+func optionsName(iface, m string) string { return lowerFirst(iface) + m + "Options" }
+
+// declared lists every package-level name the services generate, with the
+// interface each one is for.
+func declared(svcs []*service) [][2]string {
+	var out [][2]string
+	for _, s := range svcs {
+		n := namesOf(s.iface)
+		for _, name := range []string{n.serviceName, n.newClient, n.client, n.register, n.desc} {
+			out = append(out, [2]string{s.iface, name})
+		}
+		for _, m := range s.methods {
+			out = append(out, [2]string{s.iface, handlerName(s.iface, m.name)})
+			if m.hasOptions() {
+				out = append(out, [2]string{s.iface, optionsName(s.iface, m.name)})
+			}
+		}
+	}
+	return out
+}
+
+// checkNames fails when a generated name is declared twice, by the package
+// or by the services of this run.
+func checkNames(pkg *pkgInfo, svcs []*service) error {
+	var errs errList
+	seen := map[string]string{}
+	for _, d := range declared(svcs) {
+		iface, n := d[0], d[1]
+		if pos, ok := pkg.scope[n]; ok {
+			errs.add(posErr(pos, "type %s: the generated %s would clash with this declaration; rename one of them", iface, n))
+		} else if other, ok := seen[n]; ok {
+			errs.add(fmt.Errorf("rpcgen: type %s: the generated %s is also generated for %s; rename an interface or a method", iface, n, other))
+		}
+		seen[n] = iface
+	}
+	return errs.err()
+}
+
+// emit writes the Go source for svcs, all in one file of package pkg.
+func emit(pkg *pkgInfo, svcs []*service) ([]byte, error) {
+	g := &generator{pkg: pkg, imports: newImportSet(pkg, svcs)}
+
+	var files []string
+	for _, s := range svcs {
+		if !slices.Contains(files, s.file) {
+			files = append(files, s.file)
+		}
+	}
+	g.Printf("%s// Source: %s\n\n", generatedHeader, strings.Join(files, ", "))
+	g.Printf("package %s\n\n", pkg.name)
+	g.imports.print(g)
+	g.Printf("// This file requires a dabb runtime that supports generated code version 1.\n")
+	g.Printf("const _ = %s.SupportPackageIsVersion1\n", g.imports.name(dabbPath))
+	for _, s := range svcs {
+		g.service(s)
+	}
+	return formatSource(g.buf.Bytes())
+}
+
+// formatSource gofmts src. On failure the error shows src with line numbers,
+// since the fault is then in rpcgen itself.
+func formatSource(src []byte) ([]byte, error) {
+	out, err := format.Source(src)
+	if err == nil {
+		return out, nil
+	}
+	var b strings.Builder
+	for i, line := range strings.Split(string(src), "\n") {
+		fmt.Fprintf(&b, "%5d\t%s\n", i+1, line)
+	}
+	return nil, fmt.Errorf("rpcgen: internal error: generated code does not parse: %w\n%s", err, b.String())
+}
+
+// service prints the client stub and the server glue of one service.
+func (g *generator) service(s *service) {
+	n := namesOf(s.iface)
+	ctx := g.imports.name("context") + ".Context"
+	proxyName := g.imports.name(proxyPath)
+	dabbName := g.imports.name(dabbPath)
+
+	g.Printf("\n// %s is the name %s is registered and looked up under.\n", n.serviceName, s.iface)
+	g.Printf("const %s = %s\n", n.serviceName, strconv.Quote(s.name))
+
+	g.Printf("\n// %s returns an implementation of %s that calls the remote service through c.\n", n.newClient, s.iface)
+	g.Printf("func %s(c %s.Caller) %s { return &%s{c: c} }\n", n.newClient, proxyName, s.iface, n.client)
+	g.Printf("\n// %s implements %s with one call through c per method.\n", n.client, s.iface)
+	g.Printf("type %s struct{ c %s.Caller }\n", n.client, proxyName)
+	g.Printf("\nvar _ %s = (*%s)(nil)\n", s.iface, n.client)
+
+	for _, m := range s.methods {
+		if !m.hasOptions() {
+			continue
+		}
+		var opts []string
+		if m.idempotent {
+			opts = append(opts, proxyName+".Idempotent()")
+		}
+		if m.timeout > 0 {
+			opts = append(opts, proxyName+".Timeout("+g.duration(m.timeout)+")")
+		}
+		g.Printf("\n// %s are the call options of %s, from its directives.\n", optionsName(s.iface, m.name), m.name)
+		g.Printf("var %s = []%s.CallOption{%s}\n", optionsName(s.iface, m.name), proxyName, strings.Join(opts, ", "))
+	}
+
+	for _, m := range s.methods {
+		req, resp := g.typeName(m.req), g.typeName(m.resp)
+		g.Printf("\n")
+		if m.synopsis != "" {
+			g.Printf("// %s\n//\n", m.synopsis)
+		}
+		g.Printf("// %s calls %s.%s.\n", m.name, s.name, m.name)
+		g.Printf("func (c *%s) %s(ctx %s, req *%s) (*%s, error) {\n", n.client, m.name, ctx, req, resp)
+		g.Printf("\tresp := new(%s)\n", resp)
+		opts := ""
+		if m.hasOptions() {
+			opts = ", " + optionsName(s.iface, m.name) + "..."
+		}
+		g.Printf("\tif err := c.c.Invoke(ctx, %s, %q, req, resp%s); err != nil {\n", n.serviceName, m.name, opts)
+		g.Printf("\t\treturn nil, err\n\t}\n\treturn resp, nil\n}\n")
+	}
+
+	g.Printf("\n// %s registers impl with s to serve %s.\n", n.register, s.name)
+	g.Printf("func %s(s *%s.Server, impl %s) error {\n", n.register, dabbName, s.iface)
+	g.Printf("\treturn s.RegisterService(&%s, impl)\n}\n", n.desc)
+
+	g.Printf("\n// %s describes %s for %s.Server.\n", n.desc, s.name, dabbName)
+	g.Printf("var %s = %s.ServiceDesc{\n", n.desc, dabbName)
+	g.Printf("\tName: %s,\n", n.serviceName)
+	g.Printf("\tHandlerType: (*%s)(nil),\n", s.iface)
+	g.Printf("\tMethods: []%s.MethodDesc{\n", dabbName)
+	for _, m := range s.methods {
+		g.Printf("\t\t{Name: %q, ", m.name)
+		if m.idempotent {
+			g.Printf("Idempotent: true, ")
+		}
+		if m.timeout > 0 {
+			g.Printf("Timeout: %s, ", g.duration(m.timeout))
+		}
+		g.Printf("Handler: %s},\n", handlerName(s.iface, m.name))
+	}
+	g.Printf("\t},\n}\n")
+
+	for _, m := range s.methods {
+		g.Printf("\nfunc %s(srv any, ctx %s, dec func(any) error) (any, error) {\n", handlerName(s.iface, m.name), ctx)
+		g.Printf("\treq := new(%s)\n", g.typeName(m.req))
+		g.Printf("\tif err := dec(req); err != nil {\n\t\treturn nil, err\n\t}\n")
+		g.Printf("\treturn srv.(%s).%s(ctx, req)\n}\n", s.iface, m.name)
+	}
+}
+
+// typeName is how the generated file spells t.
+func (g *generator) typeName(t typeRef) string {
+	if t.path == g.pkg.path {
+		return t.name
+	}
+	return g.imports.name(t.path) + "." + t.name
+}
+
+// durationUnits are the units a duration is printed in, largest first.
+var durationUnits = []struct {
+	d    time.Duration
+	name string
+}{
+	{time.Hour, "Hour"},
+	{time.Minute, "Minute"},
+	{time.Second, "Second"},
+	{time.Millisecond, "Millisecond"},
+	{time.Microsecond, "Microsecond"},
+	{time.Nanosecond, "Nanosecond"},
+}
+
+// duration prints d as a constant expression in the largest unit that
+// divides it: 200 * time.Millisecond, 2 * time.Second, time.Minute.
+func (g *generator) duration(d time.Duration) string {
+	timeName := g.imports.name("time")
+	for _, u := range durationUnits {
+		if d%u.d != 0 {
+			continue
+		}
+		if d == u.d {
+			return timeName + "." + u.name
+		}
+		return strconv.FormatInt(int64(d/u.d), 10) + " * " + timeName + "." + u.name
+	}
+	panic("unreachable: every duration is a whole number of nanoseconds")
+}
+
+// importSet gives every imported package a local name that clashes with
+// nothing else in the file or the package.
+type importSet struct {
+	byPath map[string]string // import path -> local name
+	paths  []string          // in the order names were given
+	taken  map[string]bool
+	blank  []string
+}
+
+func newImportSet(pkg *pkgInfo, svcs []*service) *importSet {
+	s := &importSet{byPath: map[string]string{}, taken: map[string]bool{}}
+	for _, n := range types.Universe.Names() {
+		s.taken[n] = true
+	}
+	for n := range pkg.scope {
+		s.taken[n] = true
+	}
+	for _, n := range localNames {
+		s.taken[n] = true
+	}
+	for _, d := range declared(svcs) {
+		s.taken[d[1]] = true
+	}
+	// The runtime first, so its names are the usual ones whenever possible;
+	// then the message packages in path order, so the result is stable.
+	s.add("context", "context")
+	if slices.ContainsFunc(svcs, (*service).usesTime) {
+		s.add("time", "time")
+	}
+	s.add(dabbPath, "dabb")
+	s.add(proxyPath, "proxy")
+	s.blank = append(s.blank, codecPath)
+	type pkgRef struct{ path, name string }
+	var user []pkgRef
+	for _, sv := range svcs {
+		for _, m := range sv.methods {
+			for _, t := range []typeRef{m.req, m.resp} {
+				if t.path == pkg.path {
+					continue
+				}
+				name := t.pkg
+				if alias, ok := pkg.aliases[t.path]; ok {
+					name = alias
+				}
+				user = append(user, pkgRef{t.path, name})
+			}
+		}
+	}
+	// Packages the interface's file imports first, with the names it gives
+	// them; then the others (from embedded interfaces). Path order within each.
+	slices.SortFunc(user, func(a, b pkgRef) int {
+		_, ia := pkg.aliases[a.path]
+		_, ib := pkg.aliases[b.path]
+		if ia != ib {
+			if ia {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.path, b.path)
+	})
+	for _, u := range user {
+		s.add(u.path, u.name)
+	}
+	return s
+}
+
+// add gives path a local name: its package name, or that name with the
+// smallest number appended that makes it unique.
+func (s *importSet) add(path, pkgName string) {
+	if _, ok := s.byPath[path]; ok {
+		return
+	}
+	name := pkgName
+	for i := 1; s.taken[name]; i++ {
+		name = pkgName + strconv.Itoa(i)
+	}
+	s.taken[name] = true
+	s.byPath[path] = name
+	s.paths = append(s.paths, path)
+}
+
+// name is the local name of an imported path.
+func (s *importSet) name(path string) string {
+	n, ok := s.byPath[path]
+	if !ok {
+		panic("rpcgen: internal error: package " + path + " not imported")
+	}
+	return n
+}
+
+// print writes the import declaration in three groups: the standard
+// library, the dabb runtime, the message packages.
+func (s *importSet) print(g *generator) {
+	var std, runtime, user []string
+	spec := func(p string) string {
+		n := s.byPath[p]
+		if n == path.Base(p) {
+			return strconv.Quote(p)
+		}
+		return n + " " + strconv.Quote(p)
+	}
+	for _, p := range s.paths {
+		switch {
+		case p == dabbPath || p == proxyPath:
+			runtime = append(runtime, spec(p))
+		case isStd(p):
+			std = append(std, spec(p))
+		default:
+			user = append(user, spec(p))
+		}
+	}
+	for _, p := range s.blank {
+		runtime = append(runtime, "_ "+strconv.Quote(p)+" // the default codec")
+	}
+	g.Printf("import (\n")
+	sep := ""
+	for _, group := range [][]string{std, runtime, user} {
+		if len(group) == 0 {
+			continue
+		}
+		g.Printf("%s", sep)
+		sep = "\n"
+		for _, line := range group {
+			g.Printf("\t%s\n", line) // format.Source sorts each group by path
+		}
+	}
+	g.Printf(")\n\n")
+}
+
+// isStd reports whether p looks like a standard library path: no dot in its
+// first element.
+func isStd(p string) bool {
+	first, _, _ := strings.Cut(p, "/")
+	return !strings.Contains(first, ".")
+}
+
+// lowerFirst lowers the first letter: Inventory -> inventory.
+func lowerFirst(s string) string {
+	r, size := utf8.DecodeRuneInString(s)
+	return string(unicode.ToLower(r)) + s[size:]
+}

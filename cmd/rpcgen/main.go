@@ -1,0 +1,243 @@
+// Rpcgen writes the dabb client stub and server glue for Go interfaces.
+//
+// Declare the service as an interface and let go generate do the rest:
+//
+//	//go:generate go run github.com/dabbrpc/dabb/cmd/rpcgen -type Inventory
+//
+//	// Inventory keeps stock per item.
+//	type Inventory interface {
+//		// Deduct takes items out of stock.
+//		Deduct(ctx context.Context, req *pb.DeductRequest) (*pb.DeductReply, error)
+//		// Stock reports what is left.
+//		//dabb:idempotent
+//		//dabb:timeout 200ms
+//		Stock(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, error)
+//	}
+//
+// Running "go generate" writes inventory_dabb.go beside it, which declares:
+//
+//	const InventoryServiceName = "inventory.Inventory"
+//	func NewInventoryClient(c proxy.Caller) Inventory       // the client stub
+//	func RegisterInventoryServer(s *dabb.Server, impl Inventory) error
+//	var InventoryServiceDesc = dabb.ServiceDesc{...}        // the server glue
+//
+// A client calls inventory.NewInventoryClient(client).Deduct(ctx, req), where
+// client is a *proxy.Client; a server calls
+// inventory.RegisterInventoryServer(srv, impl) before serving.
+//
+// # Methods
+//
+// Every method of the interface, including those of embedded interfaces
+// (flattened in declaration order), must be exported and have the form
+//
+//	Name(ctx context.Context, req *Request) (*Response, error)
+//
+// where Request and Response are named struct types (protobuf messages in
+// practice; the codec chosen at run time decides what it can encode). They may
+// be declared in the same package or imported from others.
+//
+// # Directives
+//
+// Comment lines starting with //dabb: set what the runtime needs to know.
+// On a method, among the lines of its doc comment:
+//
+//	//dabb:idempotent     the call may be retried on another instance after a failure
+//	//dabb:timeout 200ms  the method's deadline (a time.ParseDuration string)
+//
+// In the interface's doc comment:
+//
+//	//dabb:service name   the service name; default <package name>.<Interface>
+//
+// Unknown directives, and directives anywhere else inside the interface, are
+// errors, so a typo cannot be ignored silently.
+//
+// # Usage
+//
+//	rpcgen -type T[,T...] [-output file] [-dir dir] [-tags tags]
+//
+// The flags are:
+//
+//	-type    names of the interfaces, comma-separated; required
+//	-output  output file; default <dir>/<lowercase type>_dabb.go, one file
+//	         per type. With -output, all types go into that one file (a
+//	         relative name is relative to the working directory).
+//	-dir     directory of the package to read; default "." (the package
+//	         of the file go generate runs for; $GOFILE is not needed)
+//	-tags    comma-separated build tags to apply when loading the package
+//
+// Rpcgen reads the package with the go command, so run it inside the module
+// that holds the package. It ignores files it wrote earlier, so a stale stub
+// never prevents its own regeneration, and it overwrites only such files.
+//
+// On a problem rpcgen prints one line per problem, in the form
+//
+//	inventory.go:21: rpcgen: method Stock: first parameter must be context.Context, got string
+//
+// writes nothing and exits with status 1; a usage error exits with status 2.
+//
+// The generated code imports the dabb runtime packages github.com/dabbrpc/dabb
+// and github.com/dabbrpc/dabb/proxy, the protobuf codec
+// github.com/dabbrpc/dabb/codec/proto, and the packages of the messages; it
+// stops compiling against a runtime too old for it.
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"go/token"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+const usageText = `usage: rpcgen -type T[,T...] [-output file] [-dir dir] [-tags tags]
+
+rpcgen writes the dabb client stub and server glue for Go interfaces.
+The manual: go doc github.com/dabbrpc/dabb/cmd/rpcgen
+
+Flags:
+`
+
+// run is the command: it parses args, generates, writes the files and
+// returns the exit status.
+func run(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rpcgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	typeNames := fs.String("type", "", "comma-separated list of interface names; required")
+	output := fs.String("output", "", "output file name; default <dir>/<lowercase type>_dabb.go, one per type")
+	dir := fs.String("dir", ".", "directory of the package to read")
+	tags := fs.String("tags", "", "comma-separated list of build tags to apply")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usageText)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usage := func(msg string) int {
+		fmt.Fprintf(stderr, "rpcgen: %s\n", msg)
+		fs.Usage()
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return usage("unexpected arguments: " + strings.Join(fs.Args(), " "))
+	}
+	typeList, err := splitList(*typeNames)
+	if err != nil {
+		return usage(err.Error())
+	}
+	if len(typeList) == 0 {
+		return usage("-type is required")
+	}
+	tagList, _ := splitList(*tags)
+
+	files, err := generate(config{dir: *dir, types: typeList, tags: tagList}, *output)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if err := writeFiles(files); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// splitList splits a comma-separated list of identifiers, dropping
+// duplicates and empty entries.
+func splitList(s string) ([]string, error) {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !token.IsIdentifier(f) {
+			return nil, fmt.Errorf("%q is not a Go identifier", f)
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// outFile is one file to write.
+type outFile struct {
+	path string
+	src  []byte
+}
+
+// generate loads the package, checks the interfaces and returns the files
+// to write: all services in output when it is set, else one file per
+// service in the package directory. It writes nothing.
+func generate(cfg config, output string) ([]outFile, error) {
+	pkg, svcs, err := load(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNames(pkg, svcs); err != nil {
+		return nil, err
+	}
+	if output != "" {
+		src, err := emit(pkg, svcs)
+		if err != nil {
+			return nil, err
+		}
+		return []outFile{{path: output, src: src}}, nil
+	}
+	var files []outFile
+	for _, s := range svcs {
+		src, err := emit(pkg, []*service{s})
+		if err != nil {
+			return nil, err
+		}
+		name := strings.ToLower(s.iface) + "_dabb.go"
+		files = append(files, outFile{path: filepath.Join(pkg.dir, name), src: src})
+	}
+	return files, nil
+}
+
+// writeFiles writes files, refusing up front to overwrite any file that
+// rpcgen did not write. A file whose content is unchanged is left alone.
+func writeFiles(files []outFile) error {
+	var todo []outFile
+	for _, f := range files {
+		fi, err := os.Stat(f.path)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return fmt.Errorf("rpcgen: %w", err)
+		case !fi.Mode().IsRegular():
+			// A device or pipe, such as /dev/stdout: just write.
+		default:
+			old, err := os.ReadFile(f.path)
+			switch {
+			case err != nil:
+				return fmt.Errorf("rpcgen: %w", err)
+			case bytes.Equal(old, f.src):
+				continue
+			case !bytes.HasPrefix(old, []byte(generatedHeader)):
+				return fmt.Errorf("rpcgen: refusing to overwrite %s: it was not written by rpcgen", f.path)
+			}
+		}
+		todo = append(todo, f)
+	}
+	for _, f := range todo {
+		if err := os.WriteFile(f.path, f.src, 0o644); err != nil {
+			return fmt.Errorf("rpcgen: %w", err)
+		}
+	}
+	return nil
+}
