@@ -1,0 +1,498 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// EmptyProtection says what a Cache does with a push that would leave a
+// service with no instances while the registry is up.
+type EmptyProtection uint8
+
+const (
+	// ProtectEmpty, the default, keeps the last known instances and
+	// marks them suspect (see [Cache.Suspect]) until a non-empty push
+	// arrives: a registry that wrongly reports nothing (a lost session,
+	// an operator's mistake on a prefix) does not stop every call, and
+	// dead instances are left to the caller's breaker. A service that
+	// is really scaled to zero therefore keeps its last instances.
+	ProtectEmpty EmptyProtection = iota
+	// AllowEmpty applies empty pushes like any other.
+	AllowEmpty
+)
+
+// Defaults of CacheConfig.
+const (
+	DefaultInitialTimeout = 3 * time.Second
+	DefaultMinRetryDelay  = 100 * time.Millisecond
+	DefaultMaxRetryDelay  = 10 * time.Second
+)
+
+// watchCallTimeout bounds one Watch call of the cache, for backends that
+// would not bound it themselves.
+const watchCallTimeout = 30 * time.Second
+
+// CacheConfig configures a Cache. The zero value works.
+type CacheConfig struct {
+	// EmptyProtection decides what an empty push does; the zero value,
+	// ProtectEmpty, keeps the last known instances.
+	EmptyProtection EmptyProtection
+	// SnapshotPath, when set, names a file holding the last known
+	// instances of every service, rewritten atomically on each change.
+	// A lookup that cannot reach the registry within InitialTimeout
+	// falls back to it, so a process can start during an outage.
+	SnapshotPath string
+	// InitialTimeout bounds how long the first lookup of a service waits
+	// for the registry before it falls back to the snapshot; default 3 s.
+	InitialTimeout time.Duration
+	// MinRetryDelay and MaxRetryDelay bound the backoff between watch
+	// attempts while the registry is unreachable; defaults 100 ms, 10 s.
+	MinRetryDelay, MaxRetryDelay time.Duration
+	// Logger receives outage and recovery messages; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Cache keeps the instances of the services a client calls. The first
+// lookup of a service starts one watch for it; later lookups read memory
+// only. When the registry is unreachable the cache keeps the last known
+// instances (and says so: [Cache.Stale]) and retries the watch with
+// backoff; a connection error never empties a service.
+//
+//	c := registry.NewCache(reg, registry.CacheConfig{SnapshotPath: "/var/lib/app/registry.json"})
+//	defer c.Close()
+//	ins, err := c.Instances(ctx, "inventory.Inventory")
+//
+// A Cache is safe for concurrent use.
+type Cache struct {
+	r      Registry
+	cfg    CacheConfig
+	log    *slog.Logger
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	group  singleflight.Group
+	closed atomic.Bool
+
+	mu      sync.RWMutex // guards entries
+	entries map[string]*cacheEntry
+
+	snap snapshotStore
+}
+
+// cacheEntry is the state of one service.
+type cacheEntry struct {
+	service string
+	state   atomic.Pointer[cacheState] // nil until the first list is known
+	ready   chan struct{}              // closed when state is first set
+	failed  chan struct{}              // closed at the first watch failure
+
+	mu         sync.Mutex // guards following and writes of state
+	lastErr    error
+	failLogged bool
+	subs       map[*subscription]struct{}
+}
+
+// cacheState is immutable once stored.
+type cacheState struct {
+	instances []Instance
+	version   uint64 // grows when instances change
+	stale     bool   // the registry could not confirm instances
+	suspect   bool   // kept despite an empty push
+	snapshot  bool   // instances come from the snapshot file
+}
+
+// NewCache returns a cache over r. It does no I/O and starts no
+// goroutine until the first lookup. Close stops it; it does not close r.
+func NewCache(r Registry, cfg CacheConfig) *Cache {
+	if cfg.InitialTimeout <= 0 {
+		cfg.InitialTimeout = DefaultInitialTimeout
+	}
+	if cfg.MinRetryDelay <= 0 {
+		cfg.MinRetryDelay = DefaultMinRetryDelay
+	}
+	if cfg.MaxRetryDelay <= 0 {
+		cfg.MaxRetryDelay = DefaultMaxRetryDelay
+	}
+	cfg.MaxRetryDelay = max(cfg.MaxRetryDelay, cfg.MinRetryDelay)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	log := cfg.Logger.With("component", "registry.Cache")
+	return &Cache{
+		r:       r,
+		cfg:     cfg,
+		log:     log,
+		ctx:     ctx,
+		cancel:  cancel,
+		entries: make(map[string]*cacheEntry),
+		snap:    snapshotStore{path: cfg.SnapshotPath, log: log},
+	}
+}
+
+// Instances returns the instances of service, sorted by ID. The first call
+// for a service waits for the registry (bounded by ctx and InitialTimeout,
+// then the snapshot file is tried); later calls read memory only and do
+// not allocate. The returned slice is shared: do not modify it.
+//
+// The result may be stale (the registry is unreachable) or suspect (kept
+// despite an empty push); see Stale and Suspect. It is empty, with a nil
+// error, when the registry says the service has no instances.
+func (c *Cache) Instances(ctx context.Context, service string) ([]Instance, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	c.mu.RLock()
+	e := c.entries[service]
+	c.mu.RUnlock()
+	if e != nil {
+		if st := e.state.Load(); st != nil {
+			return st.instances, nil
+		}
+	}
+	return c.slowInstances(ctx, service)
+}
+
+func (c *Cache) slowInstances(ctx context.Context, service string) ([]Instance, error) {
+	if err := ValidateService(service); err != nil {
+		return nil, fmt.Errorf("registry: cache: %w", err)
+	}
+	ch := c.group.DoChan(service, func() (any, error) { return c.load(service) })
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.([]Instance), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("registry: cache: looking up %s: %w", service, ctx.Err())
+	}
+}
+
+// load waits for the first list of a service, falling back to the
+// snapshot when the registry does not answer.
+func (c *Cache) load(service string) ([]Instance, error) {
+	e, err := c.entry(service)
+	if err != nil {
+		return nil, err
+	}
+	if st := e.state.Load(); st != nil {
+		return st.instances, nil
+	}
+	timer := time.NewTimer(c.cfg.InitialTimeout)
+	defer timer.Stop()
+	failed := e.failed
+	for {
+		select {
+		case <-e.ready:
+			return e.state.Load().instances, nil
+		case <-failed:
+			failed = nil // try the snapshot now, else wait on
+			if ins, ok := c.fromSnapshot(e); ok {
+				return ins, nil
+			}
+			continue
+		case <-timer.C:
+		case <-c.ctx.Done():
+			return nil, ErrClosed
+		}
+		break
+	}
+	if ins, ok := c.fromSnapshot(e); ok {
+		return ins, nil
+	}
+	e.mu.Lock()
+	lastErr := e.lastErr
+	e.mu.Unlock()
+	if lastErr == nil {
+		lastErr = fmt.Errorf("no answer within %v", c.cfg.InitialTimeout)
+	}
+	return nil, fmt.Errorf("registry: cache: no instances of %s known: %w (%v) and no snapshot holds them", service, ErrUnavailable, lastErr)
+}
+
+// fromSnapshot installs the snapshot's instances of e's service, unless
+// the registry answered meanwhile.
+func (c *Cache) fromSnapshot(e *cacheEntry) ([]Instance, bool) {
+	ins, ok := c.snap.lookup(e.service)
+	if !ok {
+		return nil, false
+	}
+	e.mu.Lock()
+	if st := e.state.Load(); st != nil {
+		e.mu.Unlock()
+		return st.instances, true
+	}
+	st := &cacheState{instances: ins, version: 1, stale: true, snapshot: true}
+	e.state.Store(st)
+	close(e.ready)
+	e.mu.Unlock()
+	c.log.Warn("registry unreachable; using the snapshot file", "service", e.service, "instances", len(ins), "path", c.cfg.SnapshotPath)
+	e.publish(st)
+	return ins, true
+}
+
+// entry returns the entry of service, creating it and starting its watch
+// when there is none.
+func (c *Cache) entry(service string) (*cacheEntry, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	c.mu.RLock()
+	e := c.entries[service]
+	c.mu.RUnlock()
+	if e != nil {
+		return e, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	if e = c.entries[service]; e != nil {
+		return e, nil
+	}
+	e = &cacheEntry{
+		service: service,
+		ready:   make(chan struct{}),
+		failed:  make(chan struct{}),
+		subs:    make(map[*subscription]struct{}),
+	}
+	c.entries[service] = e
+	c.wg.Add(1)
+	go c.watch(e)
+	return e, nil
+}
+
+// watch follows one service until Close, watching again with backoff
+// after each failure.
+func (c *Cache) watch(e *cacheEntry) {
+	defer c.wg.Done()
+	delay := c.cfg.MinRetryDelay
+	for {
+		ctx, cancel := context.WithTimeout(c.ctx, watchCallTimeout)
+		w, err := c.r.Watch(ctx, e.service)
+		cancel()
+		if err == nil {
+			var progressed bool
+			progressed, err = c.follow(e, w)
+			w.Stop()
+			if progressed {
+				delay = c.cfg.MinRetryDelay
+			}
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+		c.fail(e, err)
+		if errors.Is(err, ErrClosed) {
+			c.log.Error("registry closed under the cache; keeping the last known instances", "service", e.service)
+			return
+		}
+		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		}
+		delay = min(2*delay, c.cfg.MaxRetryDelay)
+	}
+}
+
+// follow applies the watcher's sets until Next fails.
+func (c *Cache) follow(e *cacheEntry, w Watcher) (progressed bool, err error) {
+	for {
+		set, err := w.Next(c.ctx)
+		if err != nil {
+			return progressed, err
+		}
+		c.apply(e, set)
+		progressed = true
+	}
+}
+
+// apply stores a set the registry pushed and tells the subscribers when
+// the list changed.
+func (c *Cache) apply(e *cacheEntry, set []Instance) {
+	if st := c.store(e, set); st != nil {
+		e.publish(st)
+		c.snap.save(e.service, st.instances)
+	}
+}
+
+// store stores a pushed set; it returns the new state when the list
+// changed.
+func (c *Cache) store(e *cacheEntry, set []Instance) *cacheState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	prev := e.state.Load()
+	if prev != nil && prev.stale {
+		c.log.Info("registry reachable again", "service", e.service, "instances", len(set))
+	}
+	e.lastErr, e.failLogged = nil, false
+	if len(set) == 0 && c.cfg.EmptyProtection == ProtectEmpty && prev != nil && len(prev.instances) > 0 {
+		if !prev.suspect {
+			c.log.Warn("registry reports no instances; keeping the last known ones as suspect", "service", e.service, "instances", len(prev.instances))
+		}
+		e.state.Store(&cacheState{instances: prev.instances, version: prev.version, suspect: true})
+		return nil
+	}
+	ins := SortedCopy(set)
+	if ins == nil {
+		ins = []Instance{}
+	}
+	if prev != nil && EqualSets(prev.instances, ins) {
+		e.state.Store(&cacheState{instances: prev.instances, version: prev.version})
+		return nil
+	}
+	st := &cacheState{instances: ins, version: 1}
+	if prev != nil {
+		st.version = prev.version + 1
+	}
+	e.state.Store(st)
+	if prev == nil {
+		close(e.ready)
+	}
+	return st
+}
+
+// fail records a failed watch: the instances are kept and marked stale.
+func (c *Cache) fail(e *cacheEntry, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lastErr = err
+	select {
+	case <-e.failed:
+	default:
+		close(e.failed)
+	}
+	prev := e.state.Load()
+	if prev == nil {
+		if !e.failLogged {
+			e.failLogged = true
+			c.log.Warn("registry unreachable; no instances known yet", "service", e.service, "err", err)
+		}
+		return
+	}
+	if prev.stale {
+		return
+	}
+	next := *prev
+	next.stale = true
+	e.state.Store(&next)
+	c.log.Warn("registry unreachable; keeping the last known instances", "service", e.service, "instances", len(prev.instances), "err", err)
+}
+
+// Stale reports whether the cache holds instances of service that the
+// registry could not confirm lately: it is unreachable, or they came from
+// the snapshot file. It is false for a service never looked up.
+func (c *Cache) Stale(service string) bool {
+	st := c.state(service)
+	return st != nil && st.stale
+}
+
+// Suspect reports whether the instances of service were kept despite a
+// push that would have emptied them (see ProtectEmpty).
+func (c *Cache) Suspect(service string) bool {
+	st := c.state(service)
+	return st != nil && st.suspect
+}
+
+func (c *Cache) state(service string) *cacheState {
+	c.mu.RLock()
+	e := c.entries[service]
+	c.mu.RUnlock()
+	if e == nil {
+		return nil
+	}
+	return e.state.Load()
+}
+
+// Subscribe calls fn with the instances of service each time they change:
+// at once with the current list if one is known, then from the service's
+// watch goroutine. Calls never overlap and never go back to an older list;
+// fn must return quickly and must not modify the slice. It may call the
+// Cache, and unsubscribe. Subscribe starts
+// the watch of the service if no lookup did. Call the returned function to
+// stop the calls.
+func (c *Cache) Subscribe(service string, fn func([]Instance)) (unsubscribe func(), err error) {
+	if fn == nil {
+		return nil, fmt.Errorf("registry: cache: Subscribe(%s) with a nil func: %w", service, ErrInvalid)
+	}
+	if err := ValidateService(service); err != nil {
+		return nil, fmt.Errorf("registry: cache: %w", err)
+	}
+	e, err := c.entry(service)
+	if err != nil {
+		return nil, err
+	}
+	s := &subscription{fn: fn}
+	e.mu.Lock()
+	e.subs[s] = struct{}{}
+	st := e.state.Load()
+	e.mu.Unlock()
+	if st != nil {
+		s.deliver(st)
+	}
+	return func() {
+		s.done.Store(true)
+		e.mu.Lock()
+		delete(e.subs, s)
+		e.mu.Unlock()
+	}, nil
+}
+
+// publish delivers st to the subscribers.
+func (e *cacheEntry) publish(st *cacheState) {
+	e.mu.Lock()
+	subs := make([]*subscription, 0, len(e.subs))
+	for s := range e.subs {
+		subs = append(subs, s)
+	}
+	e.mu.Unlock()
+	for _, s := range subs {
+		s.deliver(st)
+	}
+}
+
+type subscription struct {
+	fn   func([]Instance)
+	done atomic.Bool // unsubscribed
+
+	mu      sync.Mutex // guards version; held during fn
+	version uint64     // of the last list delivered
+}
+
+func (s *subscription) deliver(st *cacheState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done.Load() || st.version <= s.version {
+		return
+	}
+	s.version = st.version
+	s.fn(st.instances)
+}
+
+// Close stops every watch and waits for the goroutines to end. Later
+// lookups return ErrClosed. It does not close the registry.
+func (c *Cache) Close() error {
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.closed.Store(true)
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	return nil
+}

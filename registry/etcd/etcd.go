@@ -1,0 +1,547 @@
+// Package etcd is a [registry.Registry] backed by etcd v3.
+//
+// Each instance is the key <prefix>/<service>/<id> holding the Instance as
+// JSON, bound to a lease that this registry keeps alive. A provider that
+// dies stops renewing the lease and its keys vanish after the TTL; a
+// provider that loses its lease (a partition longer than the TTL, a revoke)
+// grants a new one and puts its keys again, on its own.
+//
+//	r, err := etcd.New(etcd.Config{Endpoints: []string{"127.0.0.1:2379"}})
+//	if err != nil { ... }
+//	defer r.Close() // revokes the lease: the instances disappear at once
+//	err = r.Register(ctx, registry.Instance{Service: "inventory.Inventory", ID: "10.0.0.7:20880", Addr: "10.0.0.7:20880"})
+//
+//	w, err := r.Watch(ctx, "inventory.Inventory")
+//	for {
+//		set, err := w.Next(ctx) // the full set, each time it changes
+//		...
+//	}
+//
+// Or by URL, after import _ "github.com/dabbrpc/dabb/registry/etcd":
+//
+//	r, err := registry.Open(ctx, "etcd://h1:2379,h2:2379/services?ttl=10s&timeout=3s")
+//
+// A watcher lists the prefix, then watches it from the listed revision + 1;
+// after a compaction or a broken watch it lists again. When the client loses
+// its connection to every endpoint, Next returns an error wrapping
+// [ErrUnavailable] once; the call after that returns the full set as soon
+// as etcd answers again. Every call is bounded by Config.RequestTimeout, so
+// an etcd that is down makes calls fail, never hang.
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
+	"github.com/dabbrpc/dabb/registry"
+)
+
+// Defaults of Config.
+const (
+	DefaultTTL               = 10 * time.Second
+	DefaultDialTimeout       = 2 * time.Second
+	DefaultRequestTimeout    = 3 * time.Second
+	DefaultMaxReconnectDelay = 2 * time.Second
+)
+
+// ErrUnavailable is wrapped by the error Watcher.Next returns when the
+// client lost its connection to etcd. The watcher goes on: the next call
+// returns the full set once etcd answers again. It wraps
+// registry.ErrUnavailable.
+var ErrUnavailable error = unavailableError{}
+
+type unavailableError struct{}
+
+func (unavailableError) Error() string { return "etcd: unavailable" }
+
+// Is makes errors.Is(err, registry.ErrUnavailable) hold too.
+func (unavailableError) Is(target error) bool { return target == registry.ErrUnavailable }
+
+// Config configures a Registry. Only Endpoints is required.
+type Config struct {
+	// Endpoints are the etcd client addresses, "host:port" or
+	// "http://host:port".
+	Endpoints []string
+	// Prefix is the root of the layout; default registry.DefaultPrefix.
+	Prefix string
+	// TTL of the lease the registered keys are bound to: how long the
+	// instances of a dead process stay visible. Rounded up to whole
+	// seconds; default 10 s.
+	TTL time.Duration
+	// DialTimeout bounds etcd's client bootstrap operations and the
+	// first lease keep-alive; default 2 s. New never blocks on it.
+	DialTimeout time.Duration
+	// RequestTimeout bounds every call (Register, Deregister, Watch,
+	// the list a watcher makes, Close's revoke); default 3 s.
+	RequestTimeout time.Duration
+	// MaxReconnectDelay caps the wait between connection attempts to an
+	// etcd that is down, so the registry notices quickly when it is
+	// back; default 2 s.
+	MaxReconnectDelay time.Duration
+	// Username and Password authenticate, when set.
+	Username, Password string
+	// TLS, when set, secures the connection.
+	TLS *tls.Config
+	// Logger receives lease and watch events; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if len(c.Endpoints) == 0 {
+		return c, fmt.Errorf("etcd: config has no endpoints: %w", registry.ErrInvalid)
+	}
+	for _, ep := range c.Endpoints {
+		if strings.TrimSpace(ep) == "" {
+			return c, fmt.Errorf("etcd: config has an empty endpoint in %q: %w", c.Endpoints, registry.ErrInvalid)
+		}
+	}
+	if c.TTL < 0 || c.DialTimeout < 0 || c.RequestTimeout < 0 || c.MaxReconnectDelay < 0 {
+		return c, fmt.Errorf("etcd: config has a negative duration: %w", registry.ErrInvalid)
+	}
+	c.Prefix = registry.CleanPrefix(c.Prefix)
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.MaxReconnectDelay == 0 {
+		c.MaxReconnectDelay = DefaultMaxReconnectDelay
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// ttlSeconds is the lease TTL in whole seconds, at least 1.
+func (c Config) ttlSeconds() int64 {
+	s := int64((c.TTL + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// Registry is an etcd-backed registry. Its methods are safe for concurrent
+// use.
+type Registry struct {
+	cfg Config
+	cli *clientv3.Client
+	log *slog.Logger
+
+	ctx    context.Context // ends at Close; parent of background work
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// sem serializes lease and key changes: Register, Deregister, lease
+	// recovery and Close. A channel, so that waiting honours contexts.
+	sem        chan struct{}
+	lease      clientv3.LeaseID             // guarded by sem; 0: none
+	registered map[string]registry.Instance // guarded by sem; key -> instance
+	leaseSet   chan struct{}                // wakes the keeper when lease changes
+
+	// mu guards the following. Goroutines are only started under mu
+	// while closed is false, so Close's wait sees all of them.
+	mu       sync.Mutex
+	closed   bool
+	keeping  bool // the keeper goroutine was started
+	watchers map[*watcher]struct{}
+	conn     *connMonitor // started by the first Watch
+
+	// testHookAfterList, when set, runs in a watcher's goroutine after
+	// each list, before the watch starts.
+	testHookAfterList func(service string)
+}
+
+var _ registry.Registry = (*Registry)(nil)
+
+// New returns a registry for the endpoints in cfg. It does no I/O: the
+// client connects on first use.
+func New(cfg Config) (*Registry, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints,
+		DialTimeout: cfg.DialTimeout,
+		Username:    cfg.Username,
+		Password:    cfg.Password,
+		TLS:         cfg.TLS,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  100 * time.Millisecond,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   cfg.MaxReconnectDelay,
+			},
+			MinConnectTimeout: cfg.RequestTimeout,
+		})},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd: new client for %v: %w", cfg.Endpoints, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Registry{
+		cfg:        cfg,
+		cli:        cli,
+		log:        cfg.Logger.With("registry", "etcd"),
+		ctx:        ctx,
+		cancel:     cancel,
+		sem:        make(chan struct{}, 1),
+		registered: make(map[string]registry.Instance),
+		leaseSet:   make(chan struct{}, 1),
+		watchers:   make(map[*watcher]struct{}),
+	}, nil
+}
+
+// key returns <prefix>/<service>/<id>.
+func (r *Registry) key(in registry.Instance) string {
+	return r.cfg.Prefix + "/" + in.Service + "/" + in.ID
+}
+
+// servicePrefix returns <prefix>/<service>/, the prefix of the service's
+// keys and of no other service's.
+func (r *Registry) servicePrefix(service string) string {
+	return r.cfg.Prefix + "/" + service + "/"
+}
+
+// callContext bounds ctx by RequestTimeout.
+func (r *Registry) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.cfg.RequestTimeout)
+}
+
+// acquire takes sem, or fails when ctx ends first.
+func (r *Registry) acquire(ctx context.Context) error {
+	select {
+	case r.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *Registry) release() { <-r.sem }
+
+func (r *Registry) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// Register puts the instance's key, bound to this registry's lease
+// (granting one first if there is none). Registering the same service and
+// ID again replaces the value. The key is put again, on a new lease, if
+// the lease is lost, until Deregister or Close.
+func (r *Registry) Register(ctx context.Context, in registry.Instance) error {
+	if err := in.Validate(); err != nil {
+		return fmt.Errorf("etcd: register: %w", err)
+	}
+	value, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("etcd: register %s/%s: %w", in.Service, in.ID, err)
+	}
+	ctx, cancel := r.callContext(ctx)
+	defer cancel()
+	if err := r.acquire(ctx); err != nil {
+		return fmt.Errorf("etcd: register %s/%s: %w", in.Service, in.ID, err)
+	}
+	defer r.release()
+	if r.isClosed() {
+		return registry.ErrClosed
+	}
+	key := r.key(in)
+	prev, had := r.registered[key]
+	r.registered[key] = in
+	if err := r.putRegistered(ctx, key, string(value)); err != nil {
+		if had {
+			r.registered[key] = prev
+		} else {
+			delete(r.registered, key)
+		}
+		return fmt.Errorf("etcd: register %s/%s: %w", in.Service, in.ID, err)
+	}
+	return nil
+}
+
+// putRegistered puts one key on the current lease, establishing a lease
+// (and putting every registered key on it) when there is none or the
+// current one is gone. The caller holds sem; r.registered holds key.
+func (r *Registry) putRegistered(ctx context.Context, key, value string) error {
+	if r.lease != 0 {
+		_, err := r.cli.Put(ctx, key, value, clientv3.WithLease(r.lease))
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return err
+		}
+		r.log.Warn("lease gone, granting a new one", "lease", fmt.Sprintf("%x", int64(r.lease)))
+		r.lease = 0
+	}
+	return r.establish(ctx)
+}
+
+// establish grants a new lease, puts every registered key on it and hands
+// it to the keeper. The caller holds sem.
+func (r *Registry) establish(ctx context.Context) error {
+	grant, err := r.cli.Grant(ctx, r.cfg.ttlSeconds())
+	if err != nil {
+		return fmt.Errorf("grant lease: %w", err)
+	}
+	id := grant.ID
+	ops := make([]clientv3.Op, 0, len(r.registered))
+	for key, in := range r.registered {
+		value, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(key, string(value), clientv3.WithLease(id)))
+	}
+	// Put in batches: etcd caps the operations of one transaction.
+	const batch = 64
+	for len(ops) > 0 {
+		n := min(batch, len(ops))
+		if _, err := r.cli.Txn(ctx).Then(ops[:n]...).Commit(); err != nil {
+			r.revokeQuietly(id)
+			return fmt.Errorf("put keys on lease %x: %w", int64(id), err)
+		}
+		ops = ops[n:]
+	}
+	r.lease = id
+	r.mu.Lock()
+	if !r.keeping && !r.closed {
+		r.keeping = true
+		r.wg.Add(1)
+		go r.keep()
+	}
+	r.mu.Unlock()
+	select {
+	case r.leaseSet <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// revokeQuietly revokes a lease that is of no use, in the background of a
+// failure: errors are only logged, since the lease expires anyway.
+func (r *Registry) revokeQuietly(id clientv3.LeaseID) {
+	ctx, cancel := r.callContext(r.ctx)
+	defer cancel()
+	if _, err := r.cli.Revoke(ctx, id); err != nil {
+		r.log.Debug("revoke unused lease", "lease", fmt.Sprintf("%x", int64(id)), "err", err)
+	}
+}
+
+// keep keeps the current lease alive and, when it is lost, establishes a
+// new one, retrying with backoff until etcd answers or Close.
+func (r *Registry) keep() {
+	defer r.wg.Done()
+	for {
+		id, ok := r.currentLease()
+		if !ok {
+			return
+		}
+		if id == 0 {
+			select {
+			case <-r.leaseSet:
+				continue
+			case <-r.ctx.Done():
+				return
+			}
+		}
+		lost := r.keepAlive(id)
+		if r.ctx.Err() != nil {
+			return
+		}
+		if lost {
+			r.recover(id)
+		}
+	}
+}
+
+// currentLease returns the lease to keep; ok is false when Close began.
+func (r *Registry) currentLease() (id clientv3.LeaseID, ok bool) {
+	if err := r.acquire(r.ctx); err != nil {
+		return 0, false
+	}
+	defer r.release()
+	return r.lease, true
+}
+
+// keepAlive drains the keep-alive responses of lease id until the lease
+// is lost (the channel closes: it expired or was revoked) or replaced by
+// Register. It reports whether the lease was lost.
+func (r *Registry) keepAlive(id clientv3.LeaseID) (lost bool) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	ch, err := r.cli.KeepAlive(ctx, id)
+	if err != nil {
+		r.log.Warn("lease keep-alive failed", "lease", fmt.Sprintf("%x", int64(id)), "err", err)
+		return true
+	}
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return true
+			}
+		case <-r.leaseSet:
+			cur, ok := r.currentLease()
+			if !ok {
+				return false
+			}
+			if cur != id {
+				return false
+			}
+		}
+	}
+}
+
+// recover replaces lease id, if it is still the current one, by a new
+// lease carrying every registered key.
+func (r *Registry) recover(id clientv3.LeaseID) {
+	r.log.Warn("lease lost, registering again", "lease", fmt.Sprintf("%x", int64(id)))
+	delay := 100 * time.Millisecond
+	const maxDelay = time.Second
+	for attempt := 1; ; attempt++ {
+		done, err := r.tryRecover(id)
+		if done {
+			if err == nil {
+				r.log.Info("lease re-established, instances registered again", "attempts", attempt)
+			}
+			return
+		}
+		if attempt == 1 {
+			r.log.Warn("cannot register again yet, retrying until etcd answers", "err", err)
+		}
+		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+		select {
+		case <-t.C:
+		case <-r.ctx.Done():
+			t.Stop()
+			return
+		}
+		delay = min(2*delay, maxDelay)
+	}
+}
+
+var (
+	errReplaced          = errors.New("etcd: lease already replaced")
+	errNothingRegistered = errors.New("etcd: nothing registered")
+)
+
+// tryRecover makes one attempt; done reports that nothing is left to do.
+func (r *Registry) tryRecover(id clientv3.LeaseID) (done bool, err error) {
+	ctx, cancel := r.callContext(r.ctx)
+	defer cancel()
+	if err := r.acquire(ctx); err != nil {
+		return r.ctx.Err() != nil, err
+	}
+	defer r.release()
+	if r.lease != id && r.lease != 0 {
+		return true, errReplaced // Register already replaced it
+	}
+	r.lease = 0
+	if len(r.registered) == 0 {
+		return true, errNothingRegistered
+	}
+	if err := r.establish(ctx); err != nil {
+		return r.ctx.Err() != nil, err
+	}
+	return true, nil
+}
+
+// Deregister deletes the instance's key. The instance is no longer put
+// again after a lease loss, even when the delete fails.
+func (r *Registry) Deregister(ctx context.Context, in registry.Instance) error {
+	if err := registry.ValidateService(in.Service); err != nil {
+		return fmt.Errorf("etcd: deregister: %w", err)
+	}
+	if err := registry.ValidateID(in.ID); err != nil {
+		return fmt.Errorf("etcd: deregister %s: %w", in.Service, err)
+	}
+	ctx, cancel := r.callContext(ctx)
+	defer cancel()
+	if err := r.acquire(ctx); err != nil {
+		return fmt.Errorf("etcd: deregister %s/%s: %w", in.Service, in.ID, err)
+	}
+	defer r.release()
+	if r.isClosed() {
+		return registry.ErrClosed
+	}
+	key := r.key(in)
+	delete(r.registered, key)
+	if _, err := r.cli.Delete(ctx, key); err != nil {
+		return fmt.Errorf("etcd: deregister %s/%s: %w", in.Service, in.ID, err)
+	}
+	return nil
+}
+
+// Close ends every watch, revokes the lease (which deletes the registered
+// keys at once; bounded by RequestTimeout: if etcd is down they expire
+// after the TTL) and closes the client.
+func (r *Registry) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return registry.ErrClosed
+	}
+	r.closed = true
+	ws := make([]*watcher, 0, len(r.watchers))
+	for w := range r.watchers {
+		ws = append(ws, w)
+	}
+	r.watchers = nil
+	r.mu.Unlock()
+	for _, w := range ws {
+		w.end(registry.ErrClosed)
+	}
+
+	var errs []error
+	ctx, cancel := r.callContext(context.Background())
+	if err := r.acquire(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("etcd: close: waiting for a pending call: %w", err))
+	} else {
+		if r.lease != 0 {
+			if _, err := r.cli.Revoke(ctx, r.lease); err != nil {
+				errs = append(errs, fmt.Errorf("etcd: close: revoke lease %x (its keys expire after %v): %w", int64(r.lease), r.cfg.TTL, err))
+			}
+			r.lease = 0
+		}
+		clear(r.registered)
+		r.release()
+	}
+	cancel()
+	r.cancel()
+	r.wg.Wait()
+	if err := r.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		errs = append(errs, fmt.Errorf("etcd: close client: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// leaseID returns the current lease, for tests.
+func (r *Registry) leaseID() clientv3.LeaseID {
+	if err := r.acquire(r.ctx); err != nil {
+		return 0
+	}
+	defer r.release()
+	return r.lease
+}

@@ -1,0 +1,430 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
+
+	"github.com/dabbrpc/dabb/registry"
+)
+
+// Watch lists the service's instances (bounded by ctx and RequestTimeout,
+// so Watch fails when etcd is down) and then follows them. The watch
+// outlives ctx; it ends with Stop or Close.
+func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher, error) {
+	if err := registry.ValidateService(service); err != nil {
+		return nil, fmt.Errorf("etcd: watch: %w", err)
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, registry.ErrClosed
+	}
+	if r.conn == nil {
+		r.conn = newConnMonitor(r.outage)
+		r.wg.Add(1)
+		go r.conn.run(r.ctx, &r.wg, r.cli)
+	}
+	r.mu.Unlock()
+	w := &watcher{
+		r:       r,
+		service: service,
+		prefix:  r.servicePrefix(service),
+		set:     make(map[string]registry.Instance),
+		changed: make(chan struct{}),
+		stop:    make(chan struct{}),
+		fresh:   true,
+	}
+	w.ctx, w.cancel = context.WithCancel(r.ctx)
+	lctx, cancel := r.callContext(ctx)
+	defer cancel()
+	rev, err := w.list(lctx)
+	if err != nil {
+		w.cancel()
+		return nil, fmt.Errorf("etcd: watch %s: %w", service, err)
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		w.cancel()
+		return nil, registry.ErrClosed
+	}
+	r.watchers[w] = struct{}{}
+	r.wg.Add(1)
+	r.mu.Unlock()
+	if _, up := r.conn.state(); !up {
+		w.outage() // etcd went away after the list, before r.outage could see w
+	}
+	go w.run(rev)
+	return w, nil
+}
+
+// watcher follows one service: a goroutine applies etcd's events to set;
+// Next compares set with what it returned last.
+type watcher struct {
+	r       *Registry
+	service string
+	prefix  string
+	ctx     context.Context // ends at Stop or Close
+	cancel  context.CancelFunc
+	stop    chan struct{} // closed by Stop
+	once    sync.Once
+
+	mu      sync.Mutex // guards following
+	set     map[string]registry.Instance
+	synced  bool          // set mirrors etcd (listed since the last outage)
+	down    error         // the outage not yet reported by Next
+	changed chan struct{} // closed and replaced whenever the fields above change
+	ended   error         // ErrClosed after Close
+	fresh   bool          // Next returns the set even if unchanged: first call, after an error
+	last    []registry.Instance
+
+	cancelFollow context.CancelFunc // ends the current watch
+}
+
+// Next returns the current set at once on the first call, then blocks
+// until it differs from the set last returned. When the connection to
+// etcd is lost it returns an error wrapping ErrUnavailable once; the next
+// call returns the full set as soon as etcd answers again.
+func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
+	for {
+		select {
+		case <-w.stop:
+			return nil, registry.ErrWatcherStopped
+		default:
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		w.mu.Lock()
+		if w.ended != nil {
+			err := w.ended
+			w.mu.Unlock()
+			return nil, err
+		}
+		if w.down != nil {
+			err := w.down
+			w.down = nil
+			w.fresh = true
+			w.mu.Unlock()
+			return nil, err
+		}
+		if w.synced {
+			cur := registry.SortedCopy(slicesOf(w.set))
+			if w.fresh || !registry.EqualSets(cur, w.last) {
+				w.last, w.fresh = cur, false
+				w.mu.Unlock()
+				return deepCopy(cur), nil
+			}
+		}
+		changed := w.changed
+		w.mu.Unlock()
+		select {
+		case <-changed:
+		case <-w.stop:
+			return nil, registry.ErrWatcherStopped
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Stop ends the watch; a blocked Next returns registry.ErrWatcherStopped.
+func (w *watcher) Stop() {
+	w.once.Do(func() {
+		close(w.stop)
+		w.cancel()
+		w.r.mu.Lock()
+		delete(w.r.watchers, w)
+		w.r.mu.Unlock()
+	})
+}
+
+// end makes every later Next return err.
+func (w *watcher) end(err error) {
+	w.mu.Lock()
+	w.ended = err
+	w.notifyLocked()
+	w.mu.Unlock()
+	w.cancel()
+}
+
+func (w *watcher) notifyLocked() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// list replaces set with etcd's and returns the revision it read at.
+func (w *watcher) list(ctx context.Context) (int64, error) {
+	resp, err := w.r.cli.Get(ctx, w.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", w.prefix, err)
+	}
+	set := make(map[string]registry.Instance, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if in, ok := w.decode(kv.Key, kv.Value); ok {
+			set[string(kv.Key)] = in
+		}
+	}
+	w.mu.Lock()
+	w.set, w.synced, w.down = set, true, nil
+	w.notifyLocked()
+	w.mu.Unlock()
+	return resp.Header.Revision, nil
+}
+
+// decode turns a key and its value into an instance of the service; keys
+// deeper than <prefix>/<service>/<id> and values that are not an Instance
+// are skipped (and logged).
+func (w *watcher) decode(key, value []byte) (registry.Instance, bool) {
+	id := strings.TrimPrefix(string(key), w.prefix)
+	if registry.ValidateID(id) != nil {
+		return registry.Instance{}, false
+	}
+	var in registry.Instance
+	if err := json.Unmarshal(value, &in); err != nil {
+		w.r.log.Warn("skipping a key whose value is not an instance", "key", string(key), "err", err)
+		return registry.Instance{}, false
+	}
+	in.Service, in.ID = w.service, id
+	if in.Addr == "" {
+		w.r.log.Warn("skipping an instance without addr", "key", string(key))
+		return registry.Instance{}, false
+	}
+	return in, true
+}
+
+// run keeps set current: watch from rev+1; list again after a compaction,
+// a broken watch or an outage (once etcd is reachable again).
+func (w *watcher) run(rev int64) {
+	defer w.r.wg.Done()
+	delay := 100 * time.Millisecond
+	const maxDelay = 2 * time.Second
+	for {
+		if rev == 0 {
+			if !w.r.conn.waitUp(w.ctx) {
+				return
+			}
+			ctx, cancel := w.r.callContext(w.ctx)
+			var err error
+			rev, err = w.list(ctx)
+			cancel()
+			if w.ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				w.r.log.Debug("list failed, retrying", "service", w.service, "err", err)
+				if !w.sleep(delay) {
+					return
+				}
+				delay = min(2*delay, maxDelay)
+				continue
+			}
+			delay = 100 * time.Millisecond
+		}
+		if hook := w.r.testHookAfterList; hook != nil {
+			hook(w.service)
+		}
+		rev = w.follow(rev)
+		if w.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// follow applies events from rev+1 on, until the watch breaks or an
+// outage cancels it. It returns the revision to resume from, or 0 when
+// the watcher must list again.
+func (w *watcher) follow(rev int64) int64 {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(w.ctx))
+	defer cancel()
+	w.mu.Lock()
+	if !w.synced { // an outage began since the list
+		w.mu.Unlock()
+		return 0
+	}
+	w.cancelFollow = cancel
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.cancelFollow = nil
+		w.mu.Unlock()
+	}()
+	ch := w.r.cli.Watch(ctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for resp := range ch {
+		if resp.CompactRevision != 0 {
+			w.r.log.Info("watch revision compacted, listing again", "service", w.service, "compacted", resp.CompactRevision)
+			return 0
+		}
+		if err := resp.Err(); err != nil || resp.Canceled {
+			w.r.log.Info("watch broken, listing again", "service", w.service, "err", err)
+			return 0
+		}
+		if len(resp.Events) > 0 {
+			w.apply(resp.Events)
+		}
+		if resp.Header.Revision > rev {
+			rev = resp.Header.Revision
+		}
+	}
+	return 0 // canceled by an outage, Stop or Close; or the client closed
+}
+
+// outage marks every watcher's set as out of date, for Next to report,
+// and cancels their watches; they list again once etcd is back.
+func (r *Registry) outage() {
+	r.log.Warn("etcd unreachable; watchers keep their last sets", "endpoints", r.cfg.Endpoints)
+	r.mu.Lock()
+	ws := make([]*watcher, 0, len(r.watchers))
+	for w := range r.watchers {
+		ws = append(ws, w)
+	}
+	r.mu.Unlock()
+	for _, w := range ws {
+		w.outage()
+	}
+}
+
+// outage marks set as out of date, for Next to report.
+func (w *watcher) outage() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.synced {
+		return
+	}
+	w.synced = false
+	w.down = fmt.Errorf("%w: watching %s: no connection to %v", ErrUnavailable, w.service, w.r.cfg.Endpoints)
+	if w.cancelFollow != nil {
+		w.cancelFollow()
+	}
+	w.notifyLocked()
+}
+
+func (w *watcher) apply(events []*clientv3.Event) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ev := range events {
+		key := string(ev.Kv.Key)
+		switch ev.Type {
+		case clientv3.EventTypePut:
+			if in, ok := w.decode(ev.Kv.Key, ev.Kv.Value); ok {
+				w.set[key] = in
+			} else {
+				delete(w.set, key)
+			}
+		case clientv3.EventTypeDelete:
+			delete(w.set, key)
+		}
+	}
+	w.notifyLocked()
+}
+
+// sleep waits about d (with jitter); false when the watcher ended.
+func (w *watcher) sleep(d time.Duration) bool {
+	t := time.NewTimer(d/2 + rand.N(d/2+1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.ctx.Done():
+		return false
+	}
+}
+
+func slicesOf(m map[string]registry.Instance) []registry.Instance {
+	out := make([]registry.Instance, 0, len(m))
+	for _, in := range m {
+		out = append(out, in)
+	}
+	return out
+}
+
+func deepCopy(set []registry.Instance) []registry.Instance {
+	out := make([]registry.Instance, len(set))
+	for i, in := range set {
+		in.Metadata = maps.Clone(in.Metadata)
+		out[i] = in
+	}
+	return out
+}
+
+// connMonitor follows the state of the client's gRPC connection: etcd is
+// unreachable when the connection is in TRANSIENT_FAILURE (every endpoint
+// failed) and reachable again when it is READY.
+type connMonitor struct {
+	onDown func() // called when etcd becomes unreachable
+
+	mu      sync.Mutex // guards following
+	down    bool
+	changed chan struct{}
+}
+
+func newConnMonitor(onDown func()) *connMonitor {
+	return &connMonitor{onDown: onDown, changed: make(chan struct{})}
+}
+
+func (m *connMonitor) run(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client) {
+	defer wg.Done()
+	conn := cli.ActiveConnection()
+	for {
+		s := conn.GetState()
+		if m.set(s) {
+			m.onDown()
+		}
+		if !conn.WaitForStateChange(ctx, s) {
+			return
+		}
+	}
+}
+
+// set records a connection state and reports whether etcd just became
+// unreachable.
+func (m *connMonitor) set(s connectivity.State) (wentDown bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	down := m.down
+	switch s {
+	case connectivity.TransientFailure, connectivity.Shutdown:
+		down = true
+	case connectivity.Ready:
+		down = false
+	}
+	if down == m.down {
+		return false
+	}
+	m.down = down
+	close(m.changed)
+	m.changed = make(chan struct{})
+	return down
+}
+
+// state returns a channel closed at the next change and whether etcd is
+// reachable.
+func (m *connMonitor) state() (changed <-chan struct{}, up bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed, !m.down
+}
+
+// waitUp blocks until etcd is reachable; false when ctx ends first.
+func (m *connMonitor) waitUp(ctx context.Context) bool {
+	for {
+		changed, up := m.state()
+		if up {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}

@@ -1,0 +1,5 @@
+package etcd
+
+import "go.uber.org/zap"
+
+var nopZap = zap.NewNop()
