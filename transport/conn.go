@@ -1,0 +1,360 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+// readBufferSize is the size of each connection's bufio.Reader.
+const readBufferSize = 16 << 10
+
+// call is one two-way request waiting for its response. Calls are pooled,
+// each with its channel and timer, so a round trip allocates neither.
+type call struct {
+	// ch receives exactly one value per use: the response, or nil when
+	// the connection broke. Capacity 1, so the sender never blocks.
+	ch    chan *protocol.Message
+	timer *time.Timer // the budget timer; stopped when not in use
+}
+
+var callPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &call{ch: make(chan *protocol.Message, 1), timer: t}
+}}
+
+// msgPool holds the response messages handed to callers (returned with
+// Pool.Release) and the server's request/response pairs' storage.
+var msgPool = sync.Pool{New: func() any { return new(protocol.Message) }}
+
+func getMessage() *protocol.Message { return msgPool.Get().(*protocol.Message) }
+
+func putMessage(m *protocol.Message) {
+	if cap(m.Payload) > maxKeptBuffer {
+		return // let a large body's buffer go
+	}
+	m.Reset()
+	msgPool.Put(m)
+}
+
+// clientConn is one multiplexed client connection: a pending table keyed
+// by request id, the coalescing writer, one reader goroutine and one
+// heartbeat timer.
+type clientConn struct {
+	ep     *endpoint
+	nc     net.Conn
+	w      frameWriter
+	nextID atomic.Uint64
+	live   liveness
+	// readOnly is set when the peer sent the read-only event: no new
+	// calls go to this connection, pending ones finish.
+	readOnly atomic.Bool
+	dead     atomic.Bool // closed; mirrors closed for lock-free checks
+
+	mu      sync.Mutex       // guards the fields below
+	pending map[uint64]*call // two-way calls waiting for their response
+	closed  bool
+	err     error       // why the connection closed
+	hb      *time.Timer // the heartbeat timer; nil once closed
+}
+
+func newClientConn(ep *endpoint, nc net.Conn) *clientConn {
+	c := &clientConn{ep: ep, nc: nc, pending: make(map[uint64]*call)}
+	c.w.init(nc, c.writeFailed)
+	return c
+}
+
+// start launches the reader goroutine and the heartbeat timer. The pool's
+// WaitGroup counts the reader.
+func (c *clientConn) start() {
+	c.mu.Lock()
+	if !c.closed {
+		c.hb = time.AfterFunc(c.ep.p.cfg.HeartbeatInterval, c.tick)
+	}
+	c.mu.Unlock()
+	go c.readLoop()
+}
+
+// usable reports whether new calls may go to c.
+func (c *clientConn) usable() bool {
+	return c != nil && !c.dead.Load() && !c.readOnly.Load()
+}
+
+func (c *clientConn) writeFailed(err error) {
+	c.close(fmt.Errorf("transport: write to %s: %w", c.ep.addr, err))
+}
+
+// close closes the connection once, failing every pending call at once.
+func (c *clientConn) close(err error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.dead.Store(true)
+	c.err = err
+	pend := c.pending
+	c.pending = nil
+	if c.hb != nil {
+		c.hb.Stop()
+		c.hb = nil
+	}
+	c.mu.Unlock()
+
+	c.w.fail(err)
+	_ = c.nc.Close()
+	for _, cl := range pend {
+		cl.ch <- nil
+	}
+	c.ep.detach(c)
+	c.ep.p.log.Debug("transport: connection closed", "addr", c.ep.addr, "err", err)
+}
+
+// closeErr returns why c closed; valid after a nil was received from a
+// call's channel.
+func (c *clientConn) closeErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// register adds a pending call; false when the connection is closed.
+func (c *clientConn) register(id uint64, cl *call) bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	c.pending[id] = cl
+	c.mu.Unlock()
+	return true
+}
+
+// abandon takes a call out of the pending table when its caller stops
+// waiting. If the reader or close got there first, the value they sent is
+// received and dropped, so the call can be reused.
+func (c *clientConn) abandon(id uint64, cl *call) {
+	c.mu.Lock()
+	if got, ok := c.pending[id]; ok && got == cl {
+		delete(c.pending, id)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	if m := <-cl.ch; m != nil {
+		putMessage(m)
+	}
+}
+
+// pendingLen returns the size of the pending table (for tests).
+func (c *clientConn) pendingLen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
+// readLoop reads frames until the connection fails, handing each response
+// to its caller.
+func (c *clientConn) readLoop() {
+	defer c.ep.p.wg.Done()
+	rd := protocol.NewReader(bufio.NewReaderSize(c.nc, readBufferSize), c.ep.p.cfg.MaxBody)
+	for {
+		m := getMessage()
+		if err := rd.Read(m); err != nil {
+			putMessage(m)
+			c.close(readError(c.ep.addr, err))
+			return
+		}
+		c.live.reads.Add(1)
+		f := m.Header.Flags()
+		if f.IsEvent() {
+			c.event(m)
+			putMessage(m)
+			continue
+		}
+		if f.IsRequest() {
+			putMessage(m) // a client serves nothing but events
+			continue
+		}
+		id := m.Header.ID()
+		c.mu.Lock()
+		cl, ok := c.pending[id]
+		if ok {
+			delete(c.pending, id)
+		}
+		c.mu.Unlock()
+		if !ok {
+			putMessage(m) // its caller gave up: discard the late response
+			continue
+		}
+		cl.ch <- m
+	}
+}
+
+func readError(addr string, err error) error {
+	switch {
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("transport: %s closed the connection: %w", addr, err)
+	case errors.Is(err, protocol.ErrMalformed), errors.Is(err, protocol.ErrBadMagic), errors.Is(err, protocol.ErrBodyTooLarge):
+		return fmt.Errorf("transport: bad frame from %s, closing: %w", addr, err)
+	}
+	return fmt.Errorf("transport: read from %s: %w", addr, err)
+}
+
+func (c *clientConn) event(m *protocol.Message) {
+	switch {
+	case m.IsHeartbeat():
+		_ = c.w.writeEvent(eventHeartbeatResponse, m.Header.ID())
+	case m.IsReadOnly():
+		c.readOnly.Store(true)
+		c.ep.markReadOnly()
+	}
+}
+
+// tick runs once per heartbeat interval on the timer's goroutine.
+// The timer is re-armed first, so a tick whose heartbeat write blocks does
+// not stop the next tick from noticing the stall.
+func (c *clientConn) tick() {
+	c.mu.Lock()
+	if c.hb == nil {
+		c.mu.Unlock()
+		return
+	}
+	c.hb.Reset(c.ep.p.cfg.HeartbeatInterval)
+	c.mu.Unlock()
+	switch c.live.tick(c.w.stalled()) {
+	case tickHeartbeat:
+		_ = c.w.writeEvent(eventHeartbeat, c.nextID.Add(1))
+	case tickSilent:
+		c.close(fmt.Errorf("transport: %s silent for %d heartbeat intervals: %w",
+			c.ep.addr, silentTicks, errPeerSilent))
+	case tickStalled:
+		c.close(fmt.Errorf("transport: write to %s stalled: %w", c.ep.addr, errPeerSilent))
+	}
+}
+
+var errPeerSilent = errors.New("transport: peer not responding")
+
+// roundTrip sends req on c and waits. start is when RoundTrip was entered
+// (zero when req.Timeout <= 0).
+func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start time.Time) (*protocol.Message, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, ctxErr(err, false)
+	}
+	var remaining time.Duration
+	if req.Timeout > 0 {
+		remaining = req.Timeout - time.Since(start)
+		if remaining <= 0 {
+			return nil, notSent(protocol.StatusClientTimeout, "timeout budget spent before sending", nil)
+		}
+	}
+	id := c.nextID.Add(1)
+	req.Header.SetID(id)
+
+	if !req.Header.Flags().IsTwoWay() {
+		queued, err := c.write(req, remaining)
+		if err != nil {
+			return nil, c.writeError(queued, err)
+		}
+		return nil, nil
+	}
+
+	cl := callPool.Get().(*call)
+	if !c.register(id, cl) {
+		callPool.Put(cl)
+		return nil, notSent(protocol.StatusChannelInactive, "connection closed", c.closeErr())
+	}
+	queued, err := c.write(req, remaining)
+	if err != nil {
+		c.abandon(id, cl)
+		callPool.Put(cl)
+		return nil, c.writeError(queued, err)
+	}
+
+	var timeout <-chan time.Time
+	if remaining > 0 {
+		cl.timer.Reset(remaining)
+		timeout = cl.timer.C
+	}
+	select {
+	case m := <-cl.ch:
+		if timeout != nil {
+			cl.timer.Stop()
+		}
+		callPool.Put(cl)
+		if m == nil {
+			return nil, &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "connection lost", Err: c.closeErr()}
+		}
+		if m.Header.Status() != protocol.StatusOK {
+			err := m.Err()
+			putMessage(m)
+			return nil, err
+		}
+		return m, nil
+	case <-ctx.Done():
+		if timeout != nil {
+			cl.timer.Stop()
+		}
+		c.abandon(id, cl)
+		callPool.Put(cl)
+		return nil, ctxErr(ctx.Err(), true)
+	case <-timeout:
+		c.abandon(id, cl)
+		callPool.Put(cl)
+		return nil, &protocol.Error{Status: protocol.StatusServerTimeout, Msg: "timed out waiting for the response",
+			Err: context.DeadlineExceeded}
+	}
+}
+
+// write writes req; with a budget, the wire carries what is left of it
+// (remaining) rather than req.Timeout, which is left as the caller set it.
+func (c *clientConn) write(req *protocol.Message, remaining time.Duration) (queued bool, err error) {
+	if remaining <= 0 {
+		return c.w.writeMessage(req)
+	}
+	budget := req.Timeout
+	req.Timeout = remaining
+	queued, err = c.w.writeMessage(req)
+	req.Timeout = budget
+	return queued, err
+}
+
+func (c *clientConn) writeError(queued bool, err error) error {
+	if !queued {
+		return notSent(protocol.StatusChannelInactive, "connection closed", err)
+	}
+	return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "connection lost while sending", Err: err}
+}
+
+// notSent makes a local error whose cause wraps ErrNotSent.
+func notSent(s protocol.Status, msg string, cause error) error {
+	err := ErrNotSent
+	if cause != nil {
+		err = fmt.Errorf("%w: %w", ErrNotSent, cause)
+	}
+	return &protocol.Error{Status: s, Msg: msg, Err: err}
+}
+
+// ctxErr turns a context error into 30/31 (deadline) or 90 (cancelled).
+func ctxErr(err error, sent bool) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		if !sent {
+			return notSent(protocol.StatusClientTimeout, "deadline exceeded before sending", err)
+		}
+		return &protocol.Error{Status: protocol.StatusServerTimeout, Msg: "deadline exceeded waiting for the response", Err: err}
+	}
+	if !sent {
+		return notSent(protocol.StatusClientError, "call cancelled before sending", err)
+	}
+	return &protocol.Error{Status: protocol.StatusClientError, Msg: "call cancelled", Err: err}
+}

@@ -1,0 +1,42 @@
+// Package transport moves protocol.Message frames over TCP: a client
+// [Pool] of multiplexed connections per address, and a [Server].
+//
+// Serve:
+//
+//	srv := transport.NewServer(transport.HandlerFunc(
+//		func(ctx context.Context, req, resp *protocol.Message) {
+//			resp.Payload = append(resp.Payload[:0], req.Payload...) // echo
+//		}), transport.ServerConfig{})
+//	l, _ := net.Listen("tcp", "127.0.0.1:20880")
+//	go srv.Serve(l) // returns ErrServerClosed after Shutdown
+//	...
+//	srv.Shutdown(ctx) // read-only event, drain, close
+//
+// Call:
+//
+//	pool := transport.NewPool(transport.Config{}) // dials lazily
+//	defer pool.Close()
+//	req := &protocol.Message{Service: "inventory.Inventory", Method: "Stock",
+//		Timeout: 200 * time.Millisecond, Payload: payload}
+//	req.Header.SetFlags(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, 22))
+//	resp, err := pool.RoundTrip(ctx, "127.0.0.1:20880", req)
+//	if err != nil {
+//		// a *protocol.Error; errors.Is(err, transport.ErrNotSent) means
+//		// the request never left: safe to retry anywhere.
+//	}
+//	use(resp.Payload)
+//	pool.Release(resp)
+//
+// Each connection has a pending table keyed by request id, one reader
+// goroutine and a coalescing writer: an idle connection writes a frame
+// inline from the calling goroutine; under load the frames that queue up
+// while one write is in the kernel go out together in the next. Idle
+// connections exchange Dubbo heartbeats and a peer silent for three
+// intervals is dropped. A server that starts shutting down sends the
+// read-only event; the pool then stops choosing that address
+// ([Pool.ReadOnly]) until a fresh connection to it succeeds.
+//
+// The server bounds running handlers with [ServerConfig.MaxConcurrent] and
+// answers status 100 at once when full; a request whose budget is spent
+// gets 31 without running; a handler panic becomes 70 for that call only.
+package transport

@@ -1,0 +1,418 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+// ErrNotSent is the cause wrapped by every error whose request provably
+// never left this process (no connection, pool closed, address read-only,
+// budget spent before writing): it is safe to retry anywhere.
+var ErrNotSent = errors.New("transport: request not sent")
+
+// ErrClosed reports a closed Pool or connection.
+var ErrClosed = errors.New("transport: closed")
+
+// Config configures a Pool. The zero value works.
+type Config struct {
+	// ConnsPerAddr is the number of connections kept to each address;
+	// calls are spread over them round robin. Default 2.
+	ConnsPerAddr int
+	// DialTimeout bounds one dial. Default 3s.
+	DialTimeout time.Duration
+	// HeartbeatInterval: a connection that read nothing for this long
+	// sends a heartbeat; one silent for 3 intervals is closed.
+	// Default 60s.
+	HeartbeatInterval time.Duration
+	// MaxBody limits the body of a response; a larger one closes the
+	// connection. Default protocol.DefaultMaxBody.
+	MaxBody uint32
+	// Dial opens a connection. Default: a net.Dialer over TCP.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// OnReadOnly is called, from a connection's reader goroutine, when
+	// addr sends the read-only event (it is shutting down). It must not
+	// block.
+	OnReadOnly func(addr string)
+	// Logger receives connection events. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Backoff after failed dials to one address: first delay, and cap.
+const (
+	backoffMin = 50 * time.Millisecond
+	backoffMax = 5 * time.Second
+)
+
+// Pool keeps multiplexed connections to many addresses and sends requests
+// over them. Create it with NewPool; it is safe for concurrent use.
+type Pool struct {
+	cfg    Config
+	log    *slog.Logger
+	ctx    context.Context // cancelled by Close; parent of dials
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // reader and dial goroutines
+
+	// eps maps an address to its endpoint. Copy on write: RoundTrip
+	// reads it with one atomic load and no lock.
+	eps atomic.Pointer[map[string]*endpoint]
+
+	mu     sync.Mutex // guards the fields below and writes to eps
+	closed bool
+	conns  map[*clientConn]struct{}
+}
+
+// NewPool returns a Pool. It does no I/O: connections are dialed on the
+// first RoundTrip to each address.
+func NewPool(cfg Config) *Pool {
+	if cfg.ConnsPerAddr <= 0 {
+		cfg.ConnsPerAddr = 2
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 3 * time.Second
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 60 * time.Second
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = protocol.DefaultMaxBody
+	}
+	if cfg.Dial == nil {
+		var d net.Dialer
+		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	}
+	p := &Pool{cfg: cfg, log: cfg.Logger, conns: make(map[*clientConn]struct{})}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	empty := map[string]*endpoint{}
+	p.eps.Store(&empty)
+	return p
+}
+
+// RoundTrip sends req to addr and waits for the response.
+//
+// req.Header's flags (request, two-way, serialization id) are the
+// caller's; RoundTrip sets its id. The wait lasts until the response
+// arrives, ctx is done, or, when req.Timeout > 0, req.Timeout has elapsed
+// since RoundTrip was entered; the budget left when the frame is written is
+// what travels to the server. A one-way request (no FlagTwoWay) returns
+// (nil, nil) once written.
+//
+// An OK response is returned; call Release when done with it. A non-OK
+// response is released here and its remote *protocol.Error returned. Local
+// failures are a *protocol.Error with Remote false:
+//
+//   - 35 wrapping ErrNotSent: no connection, dial in backoff, pool closed,
+//     address read-only, or the frame was never written;
+//   - 30 wrapping ErrNotSent: the budget or ctx deadline ran out before the
+//     frame was written; 31: after it was written;
+//   - 90 with the ctx error: ctx cancelled (wrapping ErrNotSent too if not
+//     yet written);
+//   - 35 without ErrNotSent: the connection broke after the frame was
+//     written; the server may have acted.
+//
+// A call that gives up leaves the pending table at once; its late response
+// is discarded.
+func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message) (*protocol.Message, error) {
+	if req == nil {
+		return nil, notSent(protocol.StatusClientError, "nil request", nil)
+	}
+	if f := req.Header.Flags(); !f.IsRequest() || f.IsEvent() {
+		return nil, notSent(protocol.StatusClientError,
+			fmt.Sprintf("flags %#02x: a call needs FlagRequest and no FlagEvent", byte(f)), nil)
+	}
+	var start time.Time
+	if req.Timeout > 0 {
+		start = time.Now()
+	}
+	e := (*p.eps.Load())[addr]
+	if e == nil {
+		var err error
+		if e, err = p.endpoint(addr); err != nil {
+			return nil, err
+		}
+	}
+	i := int(e.rr.Add(1)) % len(e.slots)
+	c := e.slots[i].Load()
+	if !c.usable() || e.readOnly.Load() {
+		var err error
+		if c, err = e.slowConn(ctx, i, start, req.Timeout); err != nil {
+			return nil, err
+		}
+	}
+	return c.roundTrip(ctx, req, start)
+}
+
+// Release returns a response from RoundTrip to the pool. resp must not be
+// used afterwards.
+func (p *Pool) Release(resp *protocol.Message) {
+	if resp != nil {
+		putMessage(resp)
+	}
+}
+
+// ReadOnly reports whether addr sent the read-only event. It stays true
+// until a fresh connection to addr is dialed successfully.
+func (p *Pool) ReadOnly(addr string) bool {
+	e := (*p.eps.Load())[addr]
+	return e != nil && e.readOnly.Load()
+}
+
+// Close closes every connection, failing pending calls with status 35, and
+// waits for the pool's goroutines to exit. Later RoundTrips fail with
+// ErrNotSent.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	conns := make([]*clientConn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	p.cancel()
+	for _, c := range conns {
+		c.close(ErrClosed)
+	}
+	p.wg.Wait()
+	return nil
+}
+
+var errPoolClosed = notSent(protocol.StatusChannelInactive, "pool closed", ErrClosed)
+
+// endpoint returns addr's endpoint, creating it.
+func (p *Pool) endpoint(addr string) (*endpoint, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errPoolClosed
+	}
+	old := *p.eps.Load()
+	if e := old[addr]; e != nil {
+		return e, nil
+	}
+	e := &endpoint{p: p, addr: addr, slots: make([]atomic.Pointer[clientConn], p.cfg.ConnsPerAddr)}
+	m := make(map[string]*endpoint, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[addr] = e
+	p.eps.Store(&m)
+	return e, nil
+}
+
+// track registers a new connection; false when the pool is closed.
+func (p *Pool) track(c *clientConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	p.wg.Add(1) // the reader
+	return true
+}
+
+// goTracked counts a goroutine about to start; false when the pool is
+// closed (Close's Wait must not race with a late Add).
+func (p *Pool) goTracked() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.wg.Add(1)
+	return true
+}
+
+func (p *Pool) forget(c *clientConn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// pendingLen returns the number of pending calls to addr (for tests).
+func (p *Pool) pendingLen(addr string) int {
+	e := (*p.eps.Load())[addr]
+	if e == nil {
+		return 0
+	}
+	n := 0
+	for i := range e.slots {
+		if c := e.slots[i].Load(); c != nil {
+			n += c.pendingLen()
+		}
+	}
+	return n
+}
+
+// endpoint is one address: its connection slots, dial state and read-only
+// mark.
+type endpoint struct {
+	p        *Pool
+	addr     string
+	rr       atomic.Uint32 // round-robin cursor
+	readOnly atomic.Bool
+	slots    []atomic.Pointer[clientConn]
+
+	mu       sync.Mutex // guards the fields below
+	dial     *dialing   // the dial in flight, if any
+	failures int        // consecutive failed dials
+	retryAt  time.Time  // no dial before this (backoff)
+	lastErr  error      // the last dial error
+}
+
+// dialing is one dial in flight, shared by every caller that needs it.
+type dialing struct {
+	done chan struct{} // closed when c or err is set
+	c    *clientConn
+	err  error
+}
+
+// markReadOnly records the read-only event and calls OnReadOnly once.
+func (e *endpoint) markReadOnly() {
+	if e.readOnly.CompareAndSwap(false, true) {
+		e.p.log.Info("transport: address is read-only (shutting down)", "addr", e.addr)
+		if f := e.p.cfg.OnReadOnly; f != nil {
+			f(e.addr)
+		}
+	}
+}
+
+// detach empties c's slot and forgets c.
+func (e *endpoint) detach(c *clientConn) {
+	for i := range e.slots {
+		e.slots[i].CompareAndSwap(c, nil)
+	}
+	e.p.forget(c)
+}
+
+// slowConn finds a connection when slot i holds none usable: it waits for
+// (or starts) a dial, uses another live slot meanwhile, and fails fast
+// while the address is read-only or in dial backoff.
+func (e *endpoint) slowConn(ctx context.Context, i int, start time.Time, budget time.Duration) (*clientConn, error) {
+	e.mu.Lock()
+	if e.p.ctx.Err() != nil {
+		e.mu.Unlock()
+		return nil, errPoolClosed
+	}
+	c := e.slots[i].Load()
+	readOnly := e.readOnly.Load()
+	if c.usable() && !readOnly {
+		e.mu.Unlock()
+		return c, nil
+	}
+	if readOnly && c != nil && !c.dead.Load() {
+		// The server is draining this connection: no new calls.
+		e.mu.Unlock()
+		return nil, notSent(protocol.StatusChannelInactive, "address is read-only (shutting down): "+e.addr, nil)
+	}
+	var other *clientConn
+	if !readOnly {
+		for j := range e.slots {
+			if o := e.slots[j].Load(); o.usable() {
+				other = o
+				break
+			}
+		}
+	}
+	d := e.dial
+	if d == nil {
+		if time.Now().Before(e.retryAt) {
+			err := e.lastErr
+			e.mu.Unlock()
+			if other != nil {
+				return other, nil
+			}
+			return nil, notSent(protocol.StatusChannelInactive, "dial backoff: "+e.addr, err)
+		}
+		if !e.p.goTracked() {
+			e.mu.Unlock()
+			return nil, errPoolClosed
+		}
+		d = &dialing{done: make(chan struct{})}
+		e.dial = d
+		go e.dialSlot(i, d)
+	}
+	e.mu.Unlock()
+	if other != nil {
+		return other, nil
+	}
+
+	var timeout <-chan time.Time
+	if budget > 0 {
+		t := time.NewTimer(budget - time.Since(start))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		return nil, ctxErr(ctx.Err(), false)
+	case <-timeout:
+		return nil, notSent(protocol.StatusClientTimeout, "timeout budget spent while dialing "+e.addr, nil)
+	}
+	if d.err != nil {
+		return nil, notSent(protocol.StatusChannelInactive, "cannot connect", d.err)
+	}
+	if !d.c.usable() {
+		return nil, notSent(protocol.StatusChannelInactive, "connection closed right after dialing "+e.addr, d.c.closeErr())
+	}
+	return d.c, nil
+}
+
+// dialSlot dials addr for slot i and publishes the result to d.
+func (e *endpoint) dialSlot(i int, d *dialing) {
+	defer e.p.wg.Done()
+	ctx, cancel := context.WithTimeout(e.p.ctx, e.p.cfg.DialTimeout)
+	nc, err := e.p.cfg.Dial(ctx, e.addr)
+	cancel()
+	var c *clientConn
+	if err == nil {
+		c = newClientConn(e, nc)
+		if !e.p.track(c) {
+			_ = nc.Close()
+			c, err = nil, ErrClosed
+		}
+	} else {
+		err = fmt.Errorf("transport: dial %s: %w", e.addr, err)
+	}
+
+	e.mu.Lock()
+	if err != nil {
+		e.failures++
+		delay := backoffMin << min(e.failures-1, 10)
+		e.retryAt = time.Now().Add(min(delay, backoffMax))
+		e.lastErr = err
+	} else {
+		e.failures = 0
+		e.retryAt = time.Time{}
+		e.lastErr = nil
+		e.slots[i].Store(c)
+		e.readOnly.Store(false) // a fresh connection: the address is back
+	}
+	e.dial = nil
+	d.c, d.err = c, err
+	close(d.done)
+	e.mu.Unlock()
+
+	if err != nil {
+		e.p.log.Debug("transport: dial failed", "addr", e.addr, "err", err)
+		return
+	}
+	c.start()
+}

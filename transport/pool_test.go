@@ -1,0 +1,677 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+func TestRoundTrip(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	p := newPool(t, Config{})
+	tests := []struct {
+		name        string
+		payload     string
+		attachments map[string]string
+	}{
+		{"empty", "", nil},
+		{"small", "hello", nil},
+		{"attachments", "with attachments", map[string]string{"trace-id": "abc", protocol.AttachIdempotencyKey: "k1"}},
+		{"binary", "\x00\x01\xff\xfe", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newRequest(tc.payload)
+			req.Attachments = tc.attachments
+			resp, err := p.RoundTrip(testCtx(t), ts.addr, req)
+			if err != nil {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			defer p.Release(resp)
+			if got := string(resp.Payload); got != tc.payload {
+				t.Errorf("payload = %q, want %q", got, tc.payload)
+			}
+			if resp.Header.Status() != protocol.StatusOK {
+				t.Errorf("status = %d, want OK", resp.Header.Status())
+			}
+			if resp.Header.ID() != req.Header.ID() {
+				t.Errorf("response id %d, request id %d", resp.Header.ID(), req.Header.ID())
+			}
+			if f := resp.Header.Flags(); f.IsRequest() || f.Serialization() != 22 {
+				t.Errorf("response flags %#x, want a response with serialization 22", byte(f))
+			}
+			if len(resp.Attachments) != len(tc.attachments) {
+				t.Errorf("attachments = %v, want %v", resp.Attachments, tc.attachments)
+			}
+			for k, v := range tc.attachments {
+				if resp.Attachments[k] != v {
+					t.Errorf("attachment %q = %q, want %q", k, resp.Attachments[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestConcurrentCalls(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	p := newPool(t, Config{})
+	const goroutines, total = 64, 10000
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := g; i < total; i += goroutines {
+				want := fmt.Sprintf("call-%d", i)
+				resp, err := p.RoundTrip(ctx, ts.addr, newRequest(want))
+				if err != nil {
+					errs <- fmt.Errorf("call %d: %w", i, err)
+					return
+				}
+				got := string(resp.Payload)
+				p.Release(resp)
+				if got != want {
+					errs <- fmt.Errorf("call %d got the response %q", i, got)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := p.pendingLen(ts.addr); n != 0 {
+		t.Errorf("pending table holds %d calls after all returned", n)
+	}
+}
+
+func TestOneWay(t *testing.T) {
+	got := make(chan string, 1)
+	ts := startServer(t, HandlerFunc(func(_ context.Context, req, resp *protocol.Message) {
+		got <- string(req.Payload)
+		resp.Payload = []byte("never sent")
+	}), ServerConfig{})
+	p := newPool(t, Config{})
+	req := newRequest("fire and forget")
+	req.Header.SetFlags(protocol.MakeFlags(protocol.FlagRequest, 22))
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, req)
+	if resp != nil || err != nil {
+		t.Fatalf("one-way RoundTrip = %v, %v; want nil, nil", resp, err)
+	}
+	if v := waitFor(t, got, "the one-way request"); v != "fire and forget" {
+		t.Errorf("handler got %q", v)
+	}
+	// The connection carries no stray response: a two-way call after it
+	// gets its own answer.
+	resp2, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("next"))
+	if err != nil {
+		t.Fatalf("RoundTrip after one-way: %v", err)
+	}
+	defer p.Release(resp2)
+	<-got
+	if string(resp2.Payload) != "never sent" {
+		t.Errorf("payload = %q", resp2.Payload)
+	}
+}
+
+func TestBigPayload(t *testing.T) {
+	const limit = 1 << 20
+	ts := startServer(t, echo, ServerConfig{MaxBody: limit})
+	p := newPool(t, Config{MaxBody: limit})
+	// The request body is payload + 2+9+5+1 bytes of header fields.
+	payload := bytes.Repeat([]byte("0123456789abcdef"), (limit-64)/16)
+	req := newRequest(string(payload))
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, req)
+	if err != nil {
+		t.Fatalf("RoundTrip near the limit: %v", err)
+	}
+	if !bytes.Equal(resp.Payload, payload) {
+		t.Errorf("payload of %d bytes came back as %d bytes", len(payload), len(resp.Payload))
+	}
+	p.Release(resp)
+
+	t.Run("response over the client limit", func(t *testing.T) {
+		small := newPool(t, Config{MaxBody: 1 << 10})
+		_, err := small.RoundTrip(testCtx(t), ts.addr, newRequest(strings.Repeat("x", 4<<10)))
+		wantStatus(t, err, protocol.StatusChannelInactive, false, false)
+		if !errors.Is(err, protocol.ErrBodyTooLarge) {
+			t.Errorf("err = %v, want it to wrap protocol.ErrBodyTooLarge", err)
+		}
+	})
+}
+
+// blockingServer runs handlers that signal entered and block until release
+// is closed or their ctx is done.
+type blockingServer struct {
+	*testServer
+	entered chan string
+	release chan struct{}
+	ran     atomic.Int32
+}
+
+func startBlockingServer(t *testing.T, cfg ServerConfig) *blockingServer {
+	bs := &blockingServer{entered: make(chan string, 1000), release: make(chan struct{})}
+	bs.testServer = startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		bs.ran.Add(1)
+		bs.entered <- string(req.Payload)
+		select {
+		case <-bs.release:
+		case <-ctx.Done():
+		}
+		resp.Payload = append(resp.Payload[:0], req.Payload...)
+	}), cfg)
+	return bs
+}
+
+func TestTimeoutAfterSend(t *testing.T) {
+	bs := startBlockingServer(t, ServerConfig{})
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	req := newRequest("slow")
+	req.Timeout = 50 * time.Millisecond
+	start := time.Now()
+	_, err := p.RoundTrip(testCtx(t), bs.addr, req)
+	elapsed := time.Since(start)
+	pe := wantStatus(t, err, protocol.StatusServerTimeout, false, false)
+	if !errors.Is(err, protocol.ErrTimeout) {
+		t.Errorf("errors.Is(err, protocol.ErrTimeout) = false for %v", pe)
+	}
+	if elapsed < 50*time.Millisecond {
+		t.Errorf("returned after %v, before the 50ms budget", elapsed)
+	}
+	if n := p.pendingLen(bs.addr); n != 0 {
+		t.Fatalf("pending table holds %d calls after the timeout, want 0", n)
+	}
+	if req.Timeout != 50*time.Millisecond {
+		t.Errorf("RoundTrip changed req.Timeout to %v", req.Timeout)
+	}
+
+	// The handler is still running; let it answer late. The late response
+	// is discarded and the connection keeps working.
+	waitFor(t, bs.entered, "the handler")
+	close(bs.release)
+	ctx := testCtx(t)
+	for i := range 20 {
+		want := fmt.Sprintf("after-%d", i)
+		resp, err := p.RoundTrip(ctx, bs.addr, newRequest(want))
+		if err != nil {
+			t.Fatalf("call after a late response: %v", err)
+		}
+		if got := string(resp.Payload); got != want {
+			t.Fatalf("got %q, want %q (a late response leaked to another call?)", got, want)
+		}
+		p.Release(resp)
+		<-bs.entered
+	}
+	if n := p.pendingLen(bs.addr); n != 0 {
+		t.Errorf("pending table holds %d calls, want 0", n)
+	}
+}
+
+func TestContextErrors(t *testing.T) {
+	bs := startBlockingServer(t, ServerConfig{})
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	defer close(bs.release)
+	// Connect first, so the cases below measure the call, not the dial.
+	warm, cancelWarm := context.WithCancel(testCtx(t))
+	cancelWarm()
+	_, _ = p.RoundTrip(warm, bs.addr, newRequest("warm"))
+
+	t.Run("cancelled while waiting", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(testCtx(t))
+		go func() {
+			<-bs.entered
+			cancel()
+		}()
+		_, err := p.RoundTrip(ctx, bs.addr, newRequest("cancel me"))
+		wantStatus(t, err, protocol.StatusClientError, false, false)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want it to wrap context.Canceled", err)
+		}
+		if n := p.pendingLen(bs.addr); n != 0 {
+			t.Errorf("pending table holds %d calls after cancel", n)
+		}
+	})
+	t.Run("cancelled before sending", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(testCtx(t))
+		cancel()
+		before := bs.ran.Load()
+		_, err := p.RoundTrip(ctx, bs.addr, newRequest("never"))
+		wantStatus(t, err, protocol.StatusClientError, false, true)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want it to wrap context.Canceled", err)
+		}
+		if bs.ran.Load() != before {
+			t.Errorf("the handler ran for a request that was never sent")
+		}
+	})
+	t.Run("deadline before sending", func(t *testing.T) {
+		ctx, cancel := context.WithDeadline(testCtx(t), time.Now().Add(-time.Second))
+		defer cancel()
+		_, err := p.RoundTrip(ctx, bs.addr, newRequest("never"))
+		wantStatus(t, err, protocol.StatusClientTimeout, false, true)
+	})
+	t.Run("deadline after sending", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
+		defer cancel()
+		_, err := p.RoundTrip(ctx, bs.addr, newRequest("too slow"))
+		wantStatus(t, err, protocol.StatusServerTimeout, false, false)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want it to wrap context.DeadlineExceeded", err)
+		}
+		<-bs.entered
+	})
+}
+
+func TestConnectionLost(t *testing.T) {
+	l := listen(t)
+	addr := l.Addr().String()
+	bs := &blockingServer{entered: make(chan string, 100), release: make(chan struct{})}
+	bs.testServer = startServerOn(t, l, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		bs.entered <- string(req.Payload)
+		<-ctx.Done()
+	}), ServerConfig{})
+	p := newPool(t, Config{})
+
+	const calls = 8
+	errs := make(chan error, calls)
+	for i := range calls {
+		go func() {
+			req := newRequest(fmt.Sprint(i))
+			req.Timeout = time.Minute // must fail long before this
+			_, err := p.RoundTrip(context.Background(), addr, req)
+			errs <- err
+		}()
+	}
+	for range calls {
+		waitFor(t, bs.entered, "the handlers")
+	}
+	killed := time.Now()
+	if err := bs.srv.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for range calls {
+		err := waitFor(t, errs, "a pending call to fail")
+		wantStatus(t, err, protocol.StatusChannelInactive, false, false)
+	}
+	if d := time.Since(killed); d > 5*time.Second {
+		t.Errorf("pending calls failed %v after the server died", d)
+	}
+	if n := p.pendingLen(addr); n != 0 {
+		t.Errorf("pending table holds %d calls", n)
+	}
+
+	// The server comes back on the same address: the next call redials.
+	l2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", addr, err)
+	}
+	startServerOn(t, l2, echo, ServerConfig{})
+	resp, err := p.RoundTrip(testCtx(t), addr, newRequest("back"))
+	if err != nil {
+		t.Fatalf("RoundTrip after the server came back: %v", err)
+	}
+	if string(resp.Payload) != "back" {
+		t.Errorf("payload = %q", resp.Payload)
+	}
+	p.Release(resp)
+}
+
+// countingDial counts dials and records their results.
+type countingDial struct {
+	n atomic.Int32
+}
+
+func (d *countingDial) dial(ctx context.Context, addr string) (net.Conn, error) {
+	d.n.Add(1)
+	var nd net.Dialer
+	return nd.DialContext(ctx, "tcp", addr)
+}
+
+func TestDialFailureAndBackoff(t *testing.T) {
+	l := listen(t)
+	addr := l.Addr().String()
+	_ = l.Close() // nothing listens there now
+	var d countingDial
+	p := newPool(t, Config{Dial: d.dial})
+
+	_, err := p.RoundTrip(testCtx(t), addr, newRequest("x"))
+	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
+	if !errors.Is(err, protocol.ErrUnavailable) {
+		t.Errorf("errors.Is(err, protocol.ErrUnavailable) = false for %v", err)
+	}
+	if d.n.Load() != 1 {
+		t.Fatalf("%d dials, want 1", d.n.Load())
+	}
+	// In backoff: fail fast without dialing.
+	start := time.Now()
+	_, err = p.RoundTrip(testCtx(t), addr, newRequest("x"))
+	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
+	if got := d.n.Load(); got != 1 {
+		t.Fatalf("%d dials during backoff, want still 1", got)
+	}
+	if time.Since(start) > time.Second {
+		t.Errorf("a call in backoff took %v; it should fail fast", time.Since(start))
+	}
+
+	// Once the backoff delay has passed, the next call dials again; the
+	// delay doubles after each failure.
+	deadline := time.Now().Add(defaultTestTimeout)
+	for d.n.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // waiting out the backoff is what is tested
+		_, _ = p.RoundTrip(testCtx(t), addr, newRequest("x"))
+	}
+	if time.Since(start) < backoffMin-10*time.Millisecond {
+		t.Errorf("redialed after %v, before the %v backoff", time.Since(start), backoffMin)
+	}
+	if got := d.n.Load(); got != 2 {
+		t.Fatalf("%d dials after the backoff, want 2", got)
+	}
+
+	// The address comes back: a successful dial resets the backoff.
+	l2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen again on %s: %v", addr, err)
+	}
+	startServerOn(t, l2, echo, ServerConfig{})
+	deadline = time.Now().Add(defaultTestTimeout)
+	for {
+		resp, err := p.RoundTrip(testCtx(t), addr, newRequest("up"))
+		if err == nil {
+			p.Release(resp)
+			break
+		}
+		if !errors.Is(err, ErrNotSent) || time.Now().After(deadline) {
+			t.Fatalf("RoundTrip once the address is back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting out the backoff
+	}
+}
+
+func TestSharedFirstDial(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	var d countingDial
+	p := newPool(t, Config{ConnsPerAddr: 1, Dial: d.dial})
+	const callers = 32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Go(func() {
+			<-start
+			resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("first"))
+			if err != nil {
+				errs <- err
+				return
+			}
+			p.Release(resp)
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("RoundTrip: %v", err)
+	}
+	if got := d.n.Load(); got != 1 {
+		t.Errorf("%d dials for %d concurrent first calls, want 1", got, callers)
+	}
+}
+
+func TestPoolClose(t *testing.T) {
+	bs := startBlockingServer(t, ServerConfig{})
+	defer close(bs.release)
+	p := NewPool(Config{Logger: quietLogger()})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.RoundTrip(context.Background(), bs.addr, newRequest("pending"))
+		errc <- err
+	}()
+	waitFor(t, bs.entered, "the handler")
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	wantStatus(t, waitFor(t, errc, "the pending call"), protocol.StatusChannelInactive, false, false)
+
+	_, err := p.RoundTrip(testCtx(t), bs.addr, newRequest("after close"))
+	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
+	_, err = p.RoundTrip(testCtx(t), "127.0.0.1:1", newRequest("new address after close"))
+	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
+	if !errors.Is(err, ErrClosed) {
+		t.Errorf("err = %v, want it to wrap ErrClosed", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// rawServer accepts one connection and hands it to the test.
+func rawServer(t *testing.T) (addr string, conns <-chan net.Conn) {
+	t.Helper()
+	l := listen(t)
+	ch := make(chan net.Conn, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		ch <- c
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-done
+		select {
+		case c := <-ch:
+			_ = c.Close()
+		default:
+		}
+	})
+	return l.Addr().String(), ch
+}
+
+func TestSilentServerClosed(t *testing.T) {
+	addr, conns := rawServer(t)
+	const interval = 50 * time.Millisecond
+	p := newPool(t, Config{HeartbeatInterval: interval})
+
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := p.RoundTrip(context.Background(), addr, newRequest("nobody answers"))
+		errc <- err
+	}()
+	c := waitFor(t, conns, "the connection")
+	defer c.Close()
+	// Read (and never answer) everything the client sends.
+	read := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(c)
+		read <- b
+	}()
+
+	err := waitFor(t, errc, "the client to give up on the silent server")
+	elapsed := time.Since(start)
+	wantStatus(t, err, protocol.StatusChannelInactive, false, false)
+	if elapsed < 2*interval {
+		t.Errorf("closed after %v, before 3 silent intervals of %v", elapsed, interval)
+	}
+	got := waitFor(t, read, "the client to close its side")
+	if !bytes.Contains(got, []byte{0xda, 0xbb, 0xe2, 0x00}) {
+		t.Errorf("the client sent no heartbeat before closing; it sent % x", got)
+	}
+}
+
+func TestClientAnswersHeartbeats(t *testing.T) {
+	const interval = 20 * time.Millisecond
+	ts := startServer(t, echo, ServerConfig{HeartbeatInterval: interval})
+	var d countingDial
+	p := newPool(t, Config{ConnsPerAddr: 1, Dial: d.dial, HeartbeatInterval: time.Hour})
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("a"))
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	p.Release(resp)
+	// Idle for many server intervals: the server's heartbeats are
+	// answered, so it keeps the connection.
+	time.Sleep(10 * interval) // the idle period is what is tested
+	resp, err = p.RoundTrip(testCtx(t), ts.addr, newRequest("b"))
+	if err != nil {
+		t.Fatalf("RoundTrip after idling: %v", err)
+	}
+	p.Release(resp)
+	if got := d.n.Load(); got != 1 {
+		t.Errorf("%d dials: the idle connection was dropped", got)
+	}
+}
+
+func TestReadOnlyFromRawServer(t *testing.T) {
+	addr, conns := rawServer(t)
+	var fired atomic.Int32
+	readOnly := make(chan string, 4)
+	p := newPool(t, Config{ConnsPerAddr: 1, OnReadOnly: func(a string) {
+		fired.Add(1)
+		readOnly <- a
+	}})
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := p.RoundTrip(context.Background(), addr, newRequest("pending"))
+		if err == nil {
+			p.Release(resp)
+		}
+		errc <- err
+	}()
+	c := waitFor(t, conns, "the connection")
+	defer c.Close()
+	var req protocol.Message
+	rd := protocol.NewReader(bufioReader(c), 0)
+	if err := rd.Read(&req); err != nil {
+		t.Fatalf("read the request: %v", err)
+	}
+	// Send read-only twice: OnReadOnly fires once.
+	ev := protocol.AppendReadOnly(nil, 1)
+	ev = protocol.AppendReadOnly(ev, 2)
+	if _, err := c.Write(ev); err != nil {
+		t.Fatalf("write read-only: %v", err)
+	}
+	if got := waitFor(t, readOnly, "OnReadOnly"); got != addr {
+		t.Errorf("OnReadOnly(%q), want %q", got, addr)
+	}
+	if !p.ReadOnly(addr) {
+		t.Errorf("ReadOnly(%s) = false after the event", addr)
+	}
+	_, err := p.RoundTrip(testCtx(t), addr, newRequest("new call"))
+	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
+
+	// The pending call still gets its answer on the draining connection.
+	var resp protocol.Message
+	resp.Header.Init(protocol.MakeFlags(0, 22), protocol.StatusOK, req.Header.ID())
+	resp.Payload = []byte("late but fine")
+	if _, err := c.Write(protocol.AppendMessage(nil, &resp)); err != nil {
+		t.Fatalf("write response: %v", err)
+	}
+	if err := waitFor(t, errc, "the pending call"); err != nil {
+		t.Errorf("pending call on a read-only connection: %v", err)
+	}
+	if n := fired.Load(); n != 1 {
+		t.Errorf("OnReadOnly fired %d times, want 1", n)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	p := newPool(t, Config{})
+	noRequestFlag := newRequest("x")
+	noRequestFlag.Header.SetFlags(protocol.MakeFlags(protocol.FlagTwoWay, 22))
+	event := newRequest("x")
+	event.Header.SetFlags(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay|protocol.FlagEvent, 22))
+	tests := []struct {
+		name string
+		req  *protocol.Message
+	}{
+		{"nil", nil},
+		{"no request flag", noRequestFlag},
+		{"event flag", event},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := p.RoundTrip(testCtx(t), ts.addr, tc.req)
+			wantStatus(t, err, protocol.StatusClientError, false, true)
+		})
+	}
+}
+
+func TestNilHandler(t *testing.T) {
+	ts := startServer(t, nil, ServerConfig{})
+	p := newPool(t, Config{})
+	_, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("x"))
+	wantStatus(t, err, protocol.StatusServiceNotFound, true, false)
+}
+
+func TestReadOnlyClearedByFreshDial(t *testing.T) {
+	l := listen(t)
+	addr := l.Addr().String()
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	// Connect, with a call whose ctx is cancelled as soon as it is sent.
+	ctx, cancel := context.WithCancel(testCtx(t))
+	go func() {
+		_, _ = p.RoundTrip(ctx, addr, newRequest("connect"))
+	}()
+	c := waitFor(t, accepted, "the connection")
+	if c == nil {
+		t.Fatal("accept failed")
+	}
+	cancel()
+	if _, err := c.Write(protocol.AppendReadOnly(nil, 1)); err != nil {
+		t.Fatalf("write read-only: %v", err)
+	}
+	deadline := time.Now().Add(defaultTestTimeout)
+	for !p.ReadOnly(addr) {
+		if time.Now().After(deadline) {
+			t.Fatal("ReadOnly never became true")
+		}
+		time.Sleep(time.Millisecond) // no hook to await: poll the public API
+	}
+	// The old server goes away and a new one takes the address.
+	_ = c.Close()
+	_ = l.Close()
+	l2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen again on %s: %v", addr, err)
+	}
+	startServerOn(t, l2, echo, ServerConfig{})
+	for {
+		resp, err := p.RoundTrip(testCtx(t), addr, newRequest("again"))
+		if err == nil {
+			p.Release(resp)
+			break
+		}
+		if !errors.Is(err, ErrNotSent) || time.Now().After(deadline) {
+			t.Fatalf("RoundTrip to the restarted address: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond) // until the old connection is seen closed
+	}
+	if p.ReadOnly(addr) {
+		t.Errorf("ReadOnly still true after a fresh connection")
+	}
+}

@@ -1,0 +1,494 @@
+package transport
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+func bufioReader(c net.Conn) *bufio.Reader { return bufio.NewReader(c) }
+
+func mustHex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
+	if err != nil {
+		t.Fatalf("bad hex %q: %v", s, err)
+	}
+	return b
+}
+
+// dialRaw opens a plain TCP connection to addr, closed at the end of the
+// test.
+func dialRaw(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// readFull reads n bytes with a bounded wait.
+func readFull(t *testing.T, c net.Conn, n int) []byte {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c, b); err != nil {
+		t.Fatalf("read %d bytes: %v", n, err)
+	}
+	return b
+}
+
+func TestHeartbeatRaw(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	c := dialRaw(t, ts.addr)
+	if _, err := c.Write(mustHex(t, "dabb e200 0102030405060708 00000001 4e")); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	want := mustHex(t, "dabb 2214 0102030405060708 00000001 4e")
+	if got := readFull(t, c, len(want)); !bytes.Equal(got, want) {
+		t.Errorf("heartbeat response\n got % x\nwant % x", got, want)
+	}
+}
+
+func TestServerClosesSilentClient(t *testing.T) {
+	const interval = 30 * time.Millisecond
+	ts := startServer(t, echo, ServerConfig{HeartbeatInterval: interval})
+	c := dialRaw(t, ts.addr)
+	_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+	start := time.Now()
+	got, err := io.ReadAll(c) // never answers the server's heartbeats
+	if err != nil {
+		t.Fatalf("read until the server closes: %v", err)
+	}
+	if d := time.Since(start); d < 2*interval {
+		t.Errorf("closed after %v, before 3 silent intervals of %v", d, interval)
+	}
+	if !bytes.HasPrefix(got, []byte{0xda, 0xbb, 0xe2, 0x00}) {
+		t.Errorf("the server sent % x before closing, want heartbeats", got)
+	}
+}
+
+func TestBadFramesCloseConnection(t *testing.T) {
+	const limit = 1 << 20
+	ts := startServer(t, echo, ServerConfig{MaxBody: limit})
+	p := newPool(t, Config{})
+	tests := []struct {
+		name  string
+		bytes []byte
+	}{
+		{"garbage", []byte("GET / HTTP/1.1\r\nHost: example\r\n\r\n")},
+		{"wrong magic", mustHex(t, "cafe c016 0000000000000001 00000000")},
+		{"length over the limit", mustHex(t, "dabb c016 0000000000000001 00100001")},
+		{"claimed 4 GiB", mustHex(t, "dabb c016 0000000000000001 ffffffff")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			c := dialRaw(t, ts.addr)
+			if _, err := c.Write(tc.bytes); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+			rest, err := io.ReadAll(c)
+			if err != nil {
+				t.Fatalf("want the server to close the connection, read: %v", err)
+			}
+			if len(rest) != 0 {
+				t.Errorf("server answered % x before closing", rest)
+			}
+			runtime.ReadMemStats(&after)
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+				t.Errorf("the server allocated %d bytes for a bad frame", grew)
+			}
+			// A well-behaved connection is still served.
+			resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("still here"))
+			if err != nil {
+				t.Fatalf("RoundTrip on another connection: %v", err)
+			}
+			if string(resp.Payload) != "still here" {
+				t.Errorf("payload = %q", resp.Payload)
+			}
+			p.Release(resp)
+		})
+	}
+}
+
+// frame encodes a request header with the given raw body.
+func rawFrame(id uint64, flags protocol.Flags, body []byte) []byte {
+	var h protocol.Header
+	h.Init(flags, 0, id)
+	h.SetBodyLen(uint32(len(body)))
+	return append(h[:], body...)
+}
+
+func readResponse(t *testing.T, rd *protocol.Reader, c net.Conn) *protocol.Message {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+	var m protocol.Message
+	if err := rd.Read(&m); err != nil {
+		t.Fatalf("read response: %v", err)
+	}
+	return &m
+}
+
+func TestMalformedBody(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	c := dialRaw(t, ts.addr)
+	rd := protocol.NewReader(bufio.NewReader(c), 0)
+	twoWay := protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, 22)
+	bodies := []struct {
+		name string
+		body []byte
+	}{
+		{"truncated service", []byte{0x7f, 'a', 'b'}},
+		{"empty body", nil},
+		{"bad timeout", append([]byte{0, 0, 1, 7}, "timeout\x02xx"...)},
+	}
+	for i, tc := range bodies {
+		t.Run(tc.name, func(t *testing.T) {
+			id := uint64(100 + i)
+			if _, err := c.Write(rawFrame(id, twoWay, tc.body)); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			m := readResponse(t, rd, c)
+			if m.Header.ID() != id || m.Header.Status() != protocol.StatusBadRequest {
+				t.Fatalf("got id %d status %d, want id %d status 40", m.Header.ID(), m.Header.Status(), id)
+			}
+			// The connection keeps working.
+			ok := newRequest("ok")
+			ok.Header.SetID(id + 1000)
+			if _, err := c.Write(protocol.AppendMessage(nil, ok)); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			m = readResponse(t, rd, c)
+			if m.Header.ID() != id+1000 || m.Header.Status() != protocol.StatusOK || string(m.Payload) != "ok" {
+				t.Fatalf("after a malformed frame got id %d status %d payload %q", m.Header.ID(), m.Header.Status(), m.Payload)
+			}
+		})
+	}
+}
+
+func TestHandlerPanic(t *testing.T) {
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		if string(req.Payload) == "panic" {
+			resp.Payload = []byte("half-written")
+			panic("boom")
+		}
+		echo(ctx, req, resp)
+	}), ServerConfig{Logger: logger})
+	p := newPool(t, Config{})
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 32 {
+		wg.Go(func() {
+			want := fmt.Sprint("fine-", i)
+			if i%8 == 0 {
+				want = "panic"
+			}
+			resp, err := p.RoundTrip(ctx, ts.addr, newRequest(want))
+			if want == "panic" {
+				var pe *protocol.Error
+				if !errors.As(err, &pe) || pe.Status != protocol.StatusServiceError || !pe.Remote {
+					errs <- fmt.Errorf("panicking call: err = %v, want remote status 70", err)
+				} else if !strings.Contains(pe.Msg, "boom") {
+					errs <- fmt.Errorf("panicking call: message %q does not name the panic", pe.Msg)
+				}
+				return
+			}
+			if err != nil {
+				errs <- fmt.Errorf("call %d next to a panic: %w", i, err)
+				return
+			}
+			if string(resp.Payload) != want {
+				errs <- fmt.Errorf("call %d got %q", i, resp.Payload)
+			}
+			p.Release(resp)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "handler panic") || !strings.Contains(out, "boom") || !strings.Contains(out, "goroutine") {
+		t.Errorf("panic not logged with its stack; log:\n%s", out)
+	}
+}
+
+func TestMaxConcurrent(t *testing.T) {
+	const limit = 4
+	bs := startBlockingServer(t, ServerConfig{MaxConcurrent: limit})
+	p := newPool(t, Config{})
+	results := make(chan error, limit)
+	for i := range limit {
+		go func() {
+			resp, err := p.RoundTrip(context.Background(), bs.addr, newRequest(fmt.Sprint(i)))
+			if err == nil {
+				p.Release(resp)
+			}
+			results <- err
+		}()
+	}
+	for range limit {
+		waitFor(t, bs.entered, "the handlers to fill the limit")
+	}
+	start := time.Now()
+	_, err := p.RoundTrip(testCtx(t), bs.addr, newRequest("one too many"))
+	wantStatus(t, err, protocol.StatusServerThreadpoolExhausted, true, false)
+	if !errors.Is(err, protocol.ErrOverloaded) {
+		t.Errorf("errors.Is(err, protocol.ErrOverloaded) = false for %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the rejection took %v; it must come at once", d)
+	}
+	if n := bs.ran.Load(); n != limit {
+		t.Errorf("%d handlers ran, want %d", n, limit)
+	}
+	close(bs.release)
+	for range limit {
+		if err := waitFor(t, results, "the blocked calls"); err != nil {
+			t.Errorf("blocked call: %v", err)
+		}
+	}
+}
+
+func TestBudget(t *testing.T) {
+	var ran atomic.Int32
+	deadlines := make(chan time.Time, 1)
+	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		ran.Add(1)
+		d, ok := ctx.Deadline()
+		if !ok {
+			d = time.Time{}
+		}
+		select {
+		case deadlines <- d:
+		default:
+			t.Errorf("handler ran for %q with nobody waiting", req.Payload)
+		}
+	}), ServerConfig{})
+	p := newPool(t, Config{})
+
+	t.Run("spent", func(t *testing.T) {
+		req := newRequest("late")
+		req.Timeout = -1
+		_, err := p.RoundTrip(testCtx(t), ts.addr, req)
+		wantStatus(t, err, protocol.StatusServerTimeout, true, false)
+		if n := ran.Load(); n != 0 {
+			t.Errorf("the handler ran %d times for a spent budget", n)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		const budget = 2 * time.Second
+		req := newRequest("timed")
+		req.Timeout = budget
+		before := time.Now()
+		resp, err := p.RoundTrip(testCtx(t), ts.addr, req)
+		after := time.Now()
+		if err != nil {
+			t.Fatalf("RoundTrip: %v", err)
+		}
+		p.Release(resp)
+		d := waitFor(t, deadlines, "the handler's deadline")
+		// Milliseconds on the wire: allow that rounding.
+		if lo, hi := before.Add(budget-5*time.Millisecond), after.Add(budget); d.Before(lo) || d.After(hi) {
+			t.Errorf("handler deadline %v not within [%v, %v]", d, lo, hi)
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("untimed"))
+		if err != nil {
+			t.Fatalf("RoundTrip: %v", err)
+		}
+		p.Release(resp)
+		if d := waitFor(t, deadlines, "the handler"); !d.IsZero() {
+			t.Errorf("handler ctx has deadline %v without a budget", d)
+		}
+	})
+}
+
+func TestShutdownUnderLoad(t *testing.T) {
+	bs := startBlockingServer(t, ServerConfig{})
+	readOnly := make(chan string, 4)
+	p := newPool(t, Config{OnReadOnly: func(a string) { readOnly <- a }})
+
+	const inflight = 16
+	results := make(chan error, inflight)
+	for i := range inflight {
+		go func() {
+			want := fmt.Sprint("inflight-", i)
+			resp, err := p.RoundTrip(context.Background(), bs.addr, newRequest(want))
+			if err == nil {
+				if string(resp.Payload) != want {
+					err = fmt.Errorf("got %q, want %q", resp.Payload, want)
+				}
+				p.Release(resp)
+			}
+			results <- err
+		}()
+	}
+	for range inflight {
+		waitFor(t, bs.entered, "the in-flight handlers")
+	}
+	// A raw client that ignores the read-only event.
+	raw := dialRaw(t, bs.addr)
+	rawRd := protocol.NewReader(bufio.NewReader(raw), 0)
+	hb := protocol.AppendHeartbeat(nil, 9) // make sure it is being served
+	if _, err := raw.Write(hb); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	readResponse(t, rawRd, raw)
+
+	shutdown := make(chan error, 1)
+	go func() { shutdown <- bs.srv.Shutdown(testCtx(t)) }()
+
+	if got := waitFor(t, readOnly, "OnReadOnly"); got != bs.addr {
+		t.Errorf("OnReadOnly(%q), want %q", got, bs.addr)
+	}
+	if !p.ReadOnly(bs.addr) {
+		t.Errorf("ReadOnly(%s) = false during shutdown", bs.addr)
+	}
+	_, err := p.RoundTrip(testCtx(t), bs.addr, newRequest("new call"))
+	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
+
+	// The raw client sees the read-only event, then a new request of its
+	// is rejected with 100 without running.
+	ev := readResponse(t, rawRd, raw)
+	if !ev.IsReadOnly() {
+		t.Fatalf("raw client got flags %#x, want the read-only event", byte(ev.Header.Flags()))
+	}
+	ranBefore := bs.ran.Load()
+	late := newRequest("late")
+	late.Header.SetID(77)
+	if _, err := raw.Write(protocol.AppendMessage(nil, late)); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	m := readResponse(t, rawRd, raw)
+	if m.Header.ID() != 77 || m.Header.Status() != protocol.StatusServerThreadpoolExhausted ||
+		string(m.Payload) != "server shutting down" {
+		t.Errorf("late request got id %d status %d %q, want 77, 100, server shutting down",
+			m.Header.ID(), m.Header.Status(), m.Payload)
+	}
+	if bs.ran.Load() != ranBefore {
+		t.Errorf("a request arriving during shutdown ran")
+	}
+
+	select {
+	case err := <-shutdown:
+		t.Fatalf("Shutdown returned %v before the in-flight handlers finished", err)
+	default:
+	}
+	close(bs.release)
+	for range inflight {
+		if err := waitFor(t, results, "the in-flight calls"); err != nil {
+			t.Errorf("in-flight call: %v", err)
+		}
+	}
+	if err := waitFor(t, shutdown, "Shutdown"); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := waitFor(t, bs.served, "Serve to return"); !errors.Is(err, ErrServerClosed) {
+		t.Errorf("Serve returned %v, want ErrServerClosed", err)
+	}
+	bs.served <- ErrServerClosed // for the cleanup's check
+	if err := bs.srv.Serve(listen(t)); !errors.Is(err, ErrServerClosed) {
+		t.Errorf("Serve after Shutdown returned %v", err)
+	}
+}
+
+func TestShutdownExpiredContext(t *testing.T) {
+	bs := startBlockingServer(t, ServerConfig{})
+	defer close(bs.release)
+	p := newPool(t, Config{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.RoundTrip(context.Background(), bs.addr, newRequest("stuck"))
+		errc <- err
+	}()
+	waitFor(t, bs.entered, "the handler")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	if err := bs.srv.Shutdown(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Shutdown = %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Shutdown with an expired ctx took %v", d)
+	}
+	wantStatus(t, waitFor(t, errc, "the call"), protocol.StatusChannelInactive, false, false)
+}
+
+// TestServeAcceptRetry checks that a failing Accept is retried.
+func TestServeAcceptRetry(t *testing.T) {
+	l := &flakyListener{Listener: listen(t), failures: 3}
+	ts := startServerOn(t, l, echo, ServerConfig{})
+	p := newPool(t, Config{})
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("through"))
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	p.Release(resp)
+	if l.failed.Load() != 3 {
+		t.Errorf("%d accept failures seen, want 3", l.failed.Load())
+	}
+}
+
+type flakyListener struct {
+	net.Listener
+	failures int32
+	failed   atomic.Int32
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.failed.Load() < l.failures {
+		l.failed.Add(1)
+		return nil, errTemporary
+	}
+	return l.Listener.Accept()
+}
+
+var errTemporary = errors.New("accept: too many open files")
+
+// TestWireFormatOfResponse checks a response frame byte by byte.
+func TestWireFormatOfResponse(t *testing.T) {
+	ts := startServer(t, HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
+		resp.Payload = []byte{0xAB}
+	}), ServerConfig{})
+	c := dialRaw(t, ts.addr)
+	req := newRequest("x")
+	req.Header.SetID(5)
+	if _, err := c.Write(protocol.AppendMessage(nil, req)); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	// header(16) + service "" + method "" + 0 attachments + payload.
+	want := mustHex(t, "dabb 1614 0000000000000005 00000004 00 00 00 ab")
+	got := readFull(t, c, len(want))
+	if !bytes.Equal(got, want) {
+		t.Errorf("response\n got % x\nwant % x", got, want)
+	}
+	if binary.BigEndian.Uint32(got[12:16]) != 4 {
+		t.Errorf("body length %d", binary.BigEndian.Uint32(got[12:16]))
+	}
+}

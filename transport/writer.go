@@ -1,0 +1,238 @@
+package transport
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+// frameWriter is the one writer of a connection, shared by the client and
+// the server side. It coalesces frames from concurrent goroutines into as
+// few write syscalls as possible without a goroutine of its own:
+//
+//   - A writer appends its encoded frame (protocol.AppendMessage straight
+//     into buf, no intermediate copy) under mu.
+//   - If nobody is flushing, it becomes the flusher: it swaps buf for the
+//     spare buffer, writes the swapped-out bytes without holding mu, and
+//     loops until buf is empty.
+//   - If a flusher is active, it just returns: the flusher picks its frame
+//     up on its next turn, together with everyone else's.
+//
+// At low load every frame is written inline by its own goroutine, which
+// saves the goroutine wake-ups a dedicated writer goroutine costs per call;
+// under load the frames that pile up while one write is in the kernel go
+// out in the next single write. Measured with BenchmarkRoundTrip on a busy
+// 2-core machine against the same buffer drained by a writer goroutine
+// woken through a channel: inline was faster in wall time (median ~12 vs
+// ~15 µs at parallelism 1, ~6.0 vs ~6.8 µs at 64) and in CPU per round trip
+// (~10.8 vs ~11.6 µs; ~5.7 vs ~6.1 µs), with 0 allocations for both; the
+// writer goroutine coalesced a little more (1.65 vs 1.79 write syscalls per
+// round trip at 64), which did not pay for its wake-ups.
+//
+// The price is that a flusher may be kept busy writing frames of other
+// goroutines, and is blocked while the socket's send buffer is full. Only
+// the flusher can be blocked: everyone else returns at once. A write that
+// makes no progress for two heartbeat intervals closes the connection (see
+// stalled), which releases it.
+type frameWriter struct {
+	nc net.Conn
+	// onError is called once, by the flusher whose write failed, without
+	// mu held. The connection closes itself there.
+	onError func(error)
+
+	mu       sync.Mutex // guards the fields below
+	buf      []byte     // frames waiting to be written
+	spare    []byte     // the buffer of the previous write, reused
+	flushing bool       // a goroutine is in the flush loop
+	err      error      // sticky: the first write error, or the close cause
+	writes   uint64     // completed writes, for stall detection
+	seen     uint64     // writes at the previous stall check
+}
+
+// maxKeptBuffer bounds the capacity of a buffer kept for reuse: a single
+// large frame must not pin megabytes per connection forever.
+const maxKeptBuffer = 256 << 10
+
+func (w *frameWriter) init(nc net.Conn, onError func(error)) {
+	w.nc = nc
+	w.onError = onError
+}
+
+// eventKind selects an event frame for writeEvent.
+type eventKind uint8
+
+const (
+	eventHeartbeat eventKind = iota
+	eventHeartbeatResponse
+	eventReadOnly
+)
+
+// writeMessage encodes m and writes it, or hands it to the active flusher.
+// queued reports whether the frame entered the buffer: when it did not
+// (err is the sticky error of a closed or broken connection), the frame
+// provably never left; when it did and err is non-nil, this goroutine's own
+// write failed and the frame may have been partly sent.
+func (w *frameWriter) writeMessage(m *protocol.Message) (queued bool, err error) {
+	w.mu.Lock()
+	if w.err != nil {
+		err = w.err
+		w.mu.Unlock()
+		return false, err
+	}
+	w.buf = protocol.AppendMessage(w.buf, m)
+	return true, w.flushOrReturn()
+}
+
+// writeEvent writes an event frame with the given id.
+func (w *frameWriter) writeEvent(kind eventKind, id uint64) error {
+	w.mu.Lock()
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	switch kind {
+	case eventHeartbeat:
+		w.buf = protocol.AppendHeartbeat(w.buf, id)
+	case eventHeartbeatResponse:
+		w.buf = protocol.AppendHeartbeatResponse(w.buf, id)
+	case eventReadOnly:
+		w.buf = protocol.AppendReadOnly(w.buf, id)
+	}
+	return w.flushOrReturn()
+}
+
+// flushOrReturn is called with mu held after a frame was appended; it
+// releases mu.
+func (w *frameWriter) flushOrReturn() error {
+	if w.flushing {
+		w.mu.Unlock()
+		return nil
+	}
+	w.flushing = true
+	for {
+		b := w.buf
+		w.buf = w.spare[:0]
+		w.spare = nil
+		w.mu.Unlock()
+
+		_, err := w.nc.Write(b)
+
+		w.mu.Lock()
+		w.writes++
+		if cap(b) <= maxKeptBuffer {
+			w.spare = b[:0]
+		}
+		if err != nil {
+			if w.err == nil {
+				w.err = err
+			}
+			w.buf = w.buf[:0] // the connection is going down with them
+			w.endFlushLocked()
+			w.mu.Unlock()
+			w.onError(err)
+			return err
+		}
+		if len(w.buf) == 0 || w.err != nil {
+			if w.err != nil {
+				w.buf = w.buf[:0]
+			}
+			w.endFlushLocked()
+			w.mu.Unlock()
+			return nil
+		}
+	}
+}
+
+func (w *frameWriter) endFlushLocked() { w.flushing = false }
+
+// fail makes every later write fail with err (the first cause wins). Frames
+// still buffered are dropped.
+func (w *frameWriter) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	if !w.flushing {
+		w.buf = w.buf[:0]
+	}
+	w.mu.Unlock()
+}
+
+// idle reports whether nothing is being written or waiting to be.
+func (w *frameWriter) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.flushing && len(w.buf) == 0
+}
+
+// stalled reports whether one write has been in progress since the
+// previous call, without completing.
+func (w *frameWriter) stalled() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.flushing && w.writes == w.seen
+	w.seen = w.writes
+	return s
+}
+
+// liveness watches one connection from its heartbeat timer, which ticks
+// once per heartbeat interval. It costs the hot path a single atomic add
+// per frame read: no clock reads, no per-call timers.
+type liveness struct {
+	reads atomic.Uint64 // frames read; bumped by the reader goroutine
+
+	mu     sync.Mutex // guards the fields below (a blocked tick may overlap the next)
+	seen   uint64     // reads at the previous tick
+	silent int        // consecutive ticks with nothing read
+	stuck  int        // consecutive ticks with one write in progress
+}
+
+// Thresholds, in heartbeat intervals.
+const (
+	// silentTicks ticks without a frame read close the connection: the
+	// peer has been silent for 3 intervals (it did not even answer our
+	// heartbeats).
+	silentTicks = 3
+	// stuckTicks ticks that see the same write in progress close the
+	// connection: the peer has not read anything for at least 2 intervals.
+	stuckTicks = 3
+)
+
+// tickAction says what a connection does on a heartbeat tick.
+type tickAction uint8
+
+const (
+	tickNothing tickAction = iota
+	tickHeartbeat
+	tickSilent
+	tickStalled
+)
+
+// tick records one heartbeat interval. writeStalled is the writer's
+// stalled() for this tick.
+func (l *liveness) tick(writeStalled bool) tickAction {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if writeStalled {
+		l.stuck++
+	} else {
+		l.stuck = 0
+	}
+	if l.stuck >= stuckTicks {
+		return tickStalled
+	}
+	n := l.reads.Load()
+	if n != l.seen {
+		l.seen = n
+		l.silent = 0
+		return tickNothing
+	}
+	l.silent++
+	if l.silent >= silentTicks {
+		return tickSilent
+	}
+	return tickHeartbeat
+}
