@@ -1,0 +1,35 @@
+// Package dabb is interface-first RPC for Go: write a Go interface, let
+// rpcgen write the typed client stub and the server glue, and calls travel
+// as Dubbo-compatible frames over a few pooled TCP connections to instances
+// found in ZooKeeper or etcd.
+//
+// This package is the server side. A service is an interface whose methods
+// look like
+//
+//	Deduct(ctx context.Context, req *pb.DeductRequest) (*pb.DeductReply, error)
+//
+// marked for the generator:
+//
+//	//go:generate go run github.com/dabbrpc/dabb/cmd/rpcgen -type Inventory
+//
+// which writes inventory_dabb.go with NewInventoryClient, RegisterInventoryServer
+// and InventoryServiceDesc. Serve it:
+//
+//	s := dabb.NewServer(dabb.WithRegistry(reg))
+//	if err := inventory.RegisterInventoryServer(s, impl); err != nil { ... }
+//	go s.ListenAndServe("127.0.0.1:20880")
+//	...
+//	s.Shutdown(ctx) // withdraw from the registry, drain, close
+//
+// and call it through a proxy.Client:
+//
+//	c := proxy.NewClient(reg)
+//	inv := inventory.NewInventoryClient(c)
+//	reply, err := inv.Deduct(ctx, &pb.DeductRequest{Sku: "sku-42", Count: 1})
+//
+// A handler's error reaches the caller as status 70 (service error) with the
+// error's text; a handler may choose 40 (bad request) or 60 (not found) by
+// returning a *protocol.Error with that status. The request's deadline
+// budget is the handler context's deadline; calls made with that context
+// pass what remains of it on.
+package dabb

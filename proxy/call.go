@@ -1,0 +1,114 @@
+package proxy
+
+import (
+	"context"
+	"time"
+
+	"github.com/dabbrpc/dabb/codec"
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+// Caller is what generated client stubs hold: one method that makes a call.
+// *Client implements it; so can a test double.
+type Caller interface {
+	Invoke(ctx context.Context, service, method string, req, resp any, opts ...CallOption) error
+}
+
+// Call is one call on its way through the client's middlewares. It is valid
+// only until Invoke returns; a middleware must not keep it.
+type Call struct {
+	// Service and Method name the remote method.
+	Service, Method string
+	// Req is the request message; Resp the message to decode the reply
+	// into.
+	Req, Resp any
+	// Idempotent says the method is safe to run more than once.
+	Idempotent bool
+	// Timeout is the call's timeout after every override.
+	Timeout time.Duration
+	// Deadline is when the call's whole budget runs out: the earlier of
+	// the context's deadline and the start plus Timeout. Every attempt
+	// sends what remains of it.
+	Deadline time.Time
+	// Attachments travel with every attempt (trace ids, auth, the
+	// idempotency key). Middlewares may add to it; nil when empty.
+	Attachments map[string]string
+	// Addr is the instance chosen for the current attempt; set by the
+	// balancing stage, read by the transport stage.
+	Addr string
+
+	codec codec.Codec
+}
+
+// SetAttachment adds a key/value pair to the call's attachments.
+func (c *Call) SetAttachment(key, value string) {
+	if c.Attachments == nil {
+		c.Attachments = make(map[string]string, 2)
+	}
+	c.Attachments[key] = value
+}
+
+// Invoker makes a call; the last one in a chain sends it.
+type Invoker func(ctx context.Context, call *Call) error
+
+// Middleware wraps an Invoker: logging, auth, metrics, retries and the
+// like. It calls next to continue the call.
+type Middleware func(next Invoker) Invoker
+
+// Chain composes middlewares so that the first one given is the outermost:
+// Chain(a, b)(inv) runs a, then b, then inv. Nil entries are skipped.
+func Chain(mws ...Middleware) Middleware {
+	return func(next Invoker) Invoker {
+		for i := len(mws) - 1; i >= 0; i-- {
+			if mws[i] != nil {
+				next = mws[i](next)
+			}
+		}
+		return next
+	}
+}
+
+// CallOption changes one call. Generated stubs pass the options their
+// interface's directives ask for; users pass more through WithCallOptions.
+type CallOption interface{ apply(*Call) }
+
+type idempotentOption struct{}
+
+func (idempotentOption) apply(c *Call) { c.Idempotent = true }
+
+// Idempotent marks the call as safe to run more than once, so it may be
+// retried after a failure that leaves its outcome unknown.
+func Idempotent() CallOption { return idempotentOption{} }
+
+type timeoutOption time.Duration
+
+func (t timeoutOption) apply(c *Call) { c.Timeout = time.Duration(t) }
+
+// Timeout sets the call's timeout. The context's deadline still wins when
+// it is earlier.
+func Timeout(d time.Duration) CallOption { return timeoutOption(d) }
+
+type attachmentOption struct{ key, value string }
+
+func (a attachmentOption) apply(c *Call) { c.SetAttachment(a.key, a.value) }
+
+// Attachment adds a key/value attachment to the call.
+func Attachment(key, value string) CallOption { return attachmentOption{key, value} }
+
+// IdempotencyKey sets the idempotency key that every attempt of the call
+// carries; the server reads it with dabb.IdempotencyKey.
+func IdempotencyKey(key string) CallOption {
+	return attachmentOption{protocol.AttachIdempotencyKey, key}
+}
+
+type callOptionsKey struct{}
+
+// WithCallOptions returns a context that applies opts to every call made
+// with it, after the stub's own options and the client's configuration:
+// the way to override a method's timeout for one call.
+func WithCallOptions(ctx context.Context, opts ...CallOption) context.Context {
+	if prev, ok := ctx.Value(callOptionsKey{}).([]CallOption); ok {
+		opts = append(append([]CallOption(nil), prev...), opts...)
+	}
+	return context.WithValue(ctx, callOptionsKey{}, opts)
+}

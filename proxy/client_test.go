@@ -1,0 +1,318 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	"github.com/dabbrpc/dabb/protocol"
+	"github.com/dabbrpc/dabb/proxy"
+	"github.com/dabbrpc/dabb/registry"
+	"github.com/dabbrpc/dabb/registry/static"
+	"github.com/dabbrpc/dabb/transport"
+	gproto "google.golang.org/protobuf/proto"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	testTimeout = 10 * time.Second
+	service     = "test.Svc"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// seen is what a test server recorded of the last request it ran.
+type seen struct {
+	mu          sync.Mutex
+	budget      time.Duration
+	attachments map[string]string
+	runs        atomic.Int64
+}
+
+// serve starts a transport server whose handler records the request and
+// answers with status (OK when zero) and a StockReply naming addr.
+func serve(t *testing.T, s *seen, status protocol.Status, cfg transport.ServerConfig) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	block := make(chan struct{})
+	cfg.Logger = quiet
+	srv := transport.NewServer(transport.HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		s.runs.Add(1)
+		s.mu.Lock()
+		s.budget = req.Timeout
+		s.attachments = req.Attachments
+		s.mu.Unlock()
+		if status == protocol.StatusServerThreadpoolExhausted {
+			<-block // hold the only slot so the next request is rejected
+		}
+		if status == garbage {
+			resp.Payload = append(resp.Payload[:0], 0xff, 0xff, 0xff)
+			return
+		}
+		if status != 0 && status != protocol.StatusServerThreadpoolExhausted {
+			resp.Header.SetStatus(status)
+			resp.Payload = append(resp.Payload[:0], "test failure"...)
+			return
+		}
+		b, _ := gproto.Marshal(&pb.StockReply{Sku: addr})
+		resp.Payload = append(resp.Payload[:0], b...)
+	}), cfg)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		close(block)
+		srv.Close()
+		<-done
+	})
+	return addr
+}
+
+func client(t *testing.T, addrs []string, opts ...proxy.Option) *proxy.Client {
+	t.Helper()
+	var ins []registry.Instance
+	for _, a := range addrs {
+		ins = append(ins, registry.Instance{Service: service, ID: a, Addr: a})
+	}
+	c := proxy.NewClient(static.New(ins...), append([]proxy.Option{proxy.WithLogger(quiet)}, opts...)...)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func invoke(ctx context.Context, c proxy.Caller, opts ...proxy.CallOption) (string, error) {
+	resp := new(pb.StockReply)
+	err := c.Invoke(ctx, service, "M", &pb.StockRequest{Sku: "x"}, resp, opts...)
+	return resp.GetSku(), err
+}
+
+func TestTimeoutPrecedence(t *testing.T) {
+	s := &seen{}
+	addr := serve(t, s, 0, transport.ServerConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	tests := []struct {
+		name    string
+		opts    []proxy.Option
+		static  []proxy.CallOption
+		perCall []proxy.CallOption
+		ctxDl   time.Duration
+		want    time.Duration
+	}{
+		{name: "default", want: proxy.DefaultTimeout},
+		{name: "client default", opts: []proxy.Option{proxy.WithTimeout(700 * time.Millisecond)}, want: 700 * time.Millisecond},
+		{name: "interface directive", static: []proxy.CallOption{proxy.Timeout(200 * time.Millisecond)}, want: 200 * time.Millisecond},
+		{name: "client per method beats directive",
+			opts:   []proxy.Option{proxy.WithMethodTimeout(service, "M", 300*time.Millisecond)},
+			static: []proxy.CallOption{proxy.Timeout(200 * time.Millisecond)}, want: 300 * time.Millisecond},
+		{name: "per call beats all",
+			opts:    []proxy.Option{proxy.WithMethodTimeout(service, "M", 300*time.Millisecond)},
+			static:  []proxy.CallOption{proxy.Timeout(200 * time.Millisecond)},
+			perCall: []proxy.CallOption{proxy.Timeout(400 * time.Millisecond)}, want: 400 * time.Millisecond},
+		{name: "earlier ctx deadline wins", ctxDl: 150 * time.Millisecond, want: 150 * time.Millisecond},
+		{name: "later ctx deadline loses", ctxDl: 5 * time.Second, static: []proxy.CallOption{proxy.Timeout(250 * time.Millisecond)}, want: 250 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := client(t, []string{addr}, tt.opts...)
+			cctx := ctx
+			if tt.ctxDl > 0 {
+				var cancel context.CancelFunc
+				cctx, cancel = context.WithTimeout(ctx, tt.ctxDl)
+				defer cancel()
+			}
+			if tt.perCall != nil {
+				cctx = proxy.WithCallOptions(cctx, tt.perCall...)
+			}
+			if _, err := invoke(cctx, c, tt.static...); err != nil {
+				t.Fatal(err)
+			}
+			s.mu.Lock()
+			got := s.budget
+			s.mu.Unlock()
+			// The budget is measured when sent, rounded up to a whole ms.
+			if got > tt.want || got < tt.want-100*time.Millisecond {
+				t.Fatalf("server saw a budget of %v, want about %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMiddlewareOrderAndAttachments(t *testing.T) {
+	s := &seen{}
+	addr := serve(t, s, 0, transport.ServerConfig{})
+	var order []string
+	mw := func(name string) proxy.Middleware {
+		return func(next proxy.Invoker) proxy.Invoker {
+			return func(ctx context.Context, call *proxy.Call) error {
+				order = append(order, name+">"+call.Service+"."+call.Method)
+				call.SetAttachment("trace-id", "t-1")
+				err := next(ctx, call)
+				order = append(order, "<"+name)
+				return err
+			}
+		}
+	}
+	c := client(t, []string{addr}, proxy.WithMiddleware(mw("a"), mw("b")))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := invoke(ctx, c, proxy.IdempotencyKey("k-9"), proxy.Attachment("user", "u")); err != nil {
+		t.Fatal(err)
+	}
+	want := "a>test.Svc.M b>test.Svc.M <b <a"
+	if got := strings.Join(order, " "); got != want {
+		t.Fatalf("middleware order %q, want %q", got, want)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, v := range map[string]string{"trace-id": "t-1", protocol.AttachIdempotencyKey: "k-9", "user": "u"} {
+		if s.attachments[k] != v {
+			t.Errorf("server saw attachment %s=%q, want %q (all: %v)", k, s.attachments[k], v, s.attachments)
+		}
+	}
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func TestFailoverWhenNotSent(t *testing.T) {
+	s := &seen{}
+	live := serve(t, s, 0, transport.ServerConfig{})
+	c := client(t, []string{deadAddr(t), live})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for i := range 10 {
+		got, err := invoke(ctx, c)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if got != live {
+			t.Fatalf("call %d answered by %q, want %q", i, got, live)
+		}
+	}
+}
+
+func TestFailoverWhenOverloaded(t *testing.T) {
+	busy, free := &seen{}, &seen{}
+	busyAddr := serve(t, busy, protocol.StatusServerThreadpoolExhausted, transport.ServerConfig{MaxConcurrent: 1})
+	freeAddr := serve(t, free, 0, transport.ServerConfig{})
+	c := client(t, []string{busyAddr, freeAddr})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	// Occupy busy's only slot: the call blocks there until cleanup.
+	go invoke(ctx, proxy.Caller(c), proxy.Timeout(100*time.Millisecond))
+	for busy.runs.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the blocking call never reached the busy server")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := range 6 {
+		got, err := invoke(ctx, c)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if got != freeAddr {
+			t.Fatalf("call %d answered by %q, want %q", i, got, freeAddr)
+		}
+	}
+	if n := busy.runs.Load(); n != 1 {
+		t.Fatalf("busy server ran %d calls, want only the blocking one", n)
+	}
+}
+
+func TestNoRetryAfterTheServerActed(t *testing.T) {
+	s1, s2 := &seen{}, &seen{}
+	a1 := serve(t, s1, protocol.StatusServiceError, transport.ServerConfig{})
+	a2 := serve(t, s2, protocol.StatusServiceError, transport.ServerConfig{})
+	c := client(t, []string{a1, a2})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err := invoke(ctx, c)
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Status != protocol.StatusServiceError || !pe.Remote {
+		t.Fatalf("got %v, want a remote status 70", err)
+	}
+	if n := s1.runs.Load() + s2.runs.Load(); n != 1 {
+		t.Fatalf("the call ran %d times, want once", n)
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	t.Run("no instance", func(t *testing.T) {
+		c := client(t, nil)
+		_, err := invoke(ctx, c)
+		if !errors.Is(err, proxy.ErrUnavailable) || !errors.Is(err, proxy.ErrNotSent) {
+			t.Fatalf("got %v, want unavailable and not sent", err)
+		}
+		if !strings.Contains(err.Error(), "no instance of test.Svc") {
+			t.Fatalf("message %q does not name the service", err)
+		}
+	})
+	t.Run("all dead", func(t *testing.T) {
+		c := client(t, []string{deadAddr(t), deadAddr(t)})
+		_, err := invoke(ctx, c)
+		if !errors.Is(err, proxy.ErrUnavailable) || !errors.Is(err, proxy.ErrNotSent) {
+			t.Fatalf("got %v, want unavailable and not sent", err)
+		}
+	})
+	t.Run("closed client", func(t *testing.T) {
+		c := client(t, []string{deadAddr(t)})
+		c.Close()
+		_, err := invoke(ctx, c)
+		if !errors.Is(err, proxy.ErrNotSent) || !strings.Contains(err.Error(), "client closed") {
+			t.Fatalf("got %v, want client closed", err)
+		}
+	})
+	t.Run("unknown codec", func(t *testing.T) {
+		c := client(t, []string{deadAddr(t)}, proxy.WithCodec("nope"))
+		_, err := invoke(ctx, c)
+		if !errors.Is(err, proxy.ErrBadRequest) || !strings.Contains(err.Error(), `"nope"`) {
+			t.Fatalf("got %v, want a client error naming the codec", err)
+		}
+	})
+}
+
+// garbage is a pseudo status for serve: answer OK with bytes that are not
+// protobuf.
+const garbage protocol.Status = 1
+
+func TestBadReply(t *testing.T) {
+	s := &seen{}
+	addr := serve(t, s, garbage, transport.ServerConfig{})
+	c := client(t, []string{addr})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err := invoke(ctx, c)
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Status != protocol.StatusBadResponse || pe.Remote || !errors.Is(err, proxy.ErrBadRequest) {
+		t.Fatalf("got %v, want a local status 50", err)
+	}
+	if !strings.Contains(pe.Msg, "decode test.Svc.M reply") {
+		t.Fatalf("message %q does not name the method", pe.Msg)
+	}
+}

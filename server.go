@@ -1,0 +1,356 @@
+package dabb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dabbrpc/dabb/codec"
+	"github.com/dabbrpc/dabb/protocol"
+	"github.com/dabbrpc/dabb/registry"
+	"github.com/dabbrpc/dabb/transport"
+)
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = transport.ErrServerClosed
+
+// Option configures a Server.
+type Option func(*options)
+
+type options struct {
+	transport  transport.ServerConfig
+	registry   registry.Registry
+	advertise  string
+	weight     int
+	metadata   map[string]string
+	regTimeout time.Duration
+}
+
+// WithMaxConcurrent bounds the requests running at once; a request over the
+// bound is answered at once with status 100 (overloaded), never queued.
+// Default 10000.
+func WithMaxConcurrent(n int) Option { return func(o *options) { o.transport.MaxConcurrent = n } }
+
+// WithMaxBody limits the body of an incoming frame (default 8 MiB); a larger
+// frame closes its connection.
+func WithMaxBody(n uint32) Option { return func(o *options) { o.transport.MaxBody = n } }
+
+// WithHeartbeat sets the idle interval after which a connection is probed
+// (default 60 s); a peer silent for three intervals is disconnected.
+func WithHeartbeat(d time.Duration) Option {
+	return func(o *options) { o.transport.HeartbeatInterval = d }
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.transport.Logger = l } }
+
+// WithRegistry publishes every registered service to r once the server
+// listens, and withdraws it when the server shuts down, before draining.
+func WithRegistry(r registry.Registry) Option { return func(o *options) { o.registry = r } }
+
+// WithAdvertiseAddr sets the host:port published to the registry. By default
+// it is the listener's address, with an unspecified host (0.0.0.0, ::)
+// replaced by this machine's first non-loopback address.
+func WithAdvertiseAddr(addr string) Option { return func(o *options) { o.advertise = addr } }
+
+// WithInstance sets the weight and metadata published with each instance.
+func WithInstance(weight int, metadata map[string]string) Option {
+	return func(o *options) { o.weight, o.metadata = weight, metadata }
+}
+
+// Server serves registered services over dabb's protocol.
+//
+//	s := dabb.NewServer()
+//	inventory.RegisterInventoryServer(s, impl)
+//	err := s.ListenAndServe("127.0.0.1:20880")
+type Server struct {
+	opts     options
+	log      *slog.Logger
+	ts       *transport.Server
+	services atomic.Pointer[map[string]*service] // copy on write
+
+	mu        sync.Mutex // guards following
+	published []registry.Instance
+	closing   bool
+
+	decoders sync.Pool // *decoder
+}
+
+// NewServer returns a server; it does no I/O.
+func NewServer(opts ...Option) *Server {
+	s := &Server{}
+	s.opts.regTimeout = 5 * time.Second
+	for _, o := range opts {
+		o(&s.opts)
+	}
+	s.log = s.opts.transport.Logger
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	empty := map[string]*service{}
+	s.services.Store(&empty)
+	s.decoders.New = func() any { d := &decoder{}; d.fn = d.decode; return d }
+	s.ts = transport.NewServer(s, s.opts.transport)
+	return s
+}
+
+// RegisterService adds a service; generated RegisterXServer functions call
+// it. Registering the same service name twice is an error. Services
+// registered after Serve are served but published only by later Serves.
+func (s *Server) RegisterService(desc *ServiceDesc, impl any) error {
+	svc, err := newService(desc, impl)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.services.Load()
+	if _, dup := old[svc.name]; dup {
+		return fmt.Errorf("dabb: register service %s: already registered", svc.name)
+	}
+	next := make(map[string]*service, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[svc.name] = svc
+	s.services.Store(&next)
+	return nil
+}
+
+// Serve accepts connections on l and serves them until Shutdown or Close,
+// when it returns ErrServerClosed. With a registry, it first publishes every
+// registered service at the advertised address; if that fails it closes l and
+// returns the error.
+func (s *Server) Serve(l net.Listener) error {
+	if err := s.publish(l.Addr()); err != nil {
+		l.Close()
+		return err
+	}
+	return s.ts.Serve(l)
+}
+
+// ListenAndServe listens on the TCP address addr and calls Serve.
+func (s *Server) ListenAndServe(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("dabb: listen: %w", err)
+	}
+	return s.Serve(l)
+}
+
+// Shutdown stops the server gracefully: it withdraws the instances from the
+// registry, so clients stop choosing it, then stops accepting, tells clients
+// it is read-only, lets in-flight calls finish and closes the connections.
+// When ctx ends first it closes everything and returns ctx.Err().
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.unpublish(ctx)
+	if terr := s.ts.Shutdown(ctx); terr != nil {
+		err = terr
+	}
+	return err
+}
+
+// Close stops the server at once: listeners and connections close and
+// running handlers see their contexts cancelled. It withdraws published
+// instances, bounded by a short timeout.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := s.unpublish(ctx)
+	if terr := s.ts.Close(); terr != nil {
+		err = terr
+	}
+	return err
+}
+
+func (s *Server) publish(addr net.Addr) error {
+	if s.opts.registry == nil {
+		return nil
+	}
+	adv, err := advertiseAddr(s.opts.advertise, addr)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return ErrServerClosed
+	}
+	for _, svc := range *s.services.Load() {
+		in := registry.Instance{
+			Service:  svc.name,
+			ID:       adv,
+			Addr:     adv,
+			Weight:   s.opts.weight,
+			Metadata: s.opts.metadata,
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.regTimeout)
+		err := s.opts.registry.Register(ctx, in)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("dabb: publish %s at %s: %w", svc.name, adv, err)
+		}
+		s.published = append(s.published, in)
+		s.log.Info("dabb: published", "service", svc.name, "addr", adv)
+	}
+	return nil
+}
+
+func (s *Server) unpublish(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	pub := s.published
+	s.published = nil
+	s.mu.Unlock()
+	var errs []error
+	for _, in := range pub {
+		if err := s.opts.registry.Deregister(ctx, in); err != nil {
+			errs = append(errs, fmt.Errorf("dabb: withdraw %s at %s: %w", in.Service, in.Addr, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// advertiseAddr picks the address to publish: the configured one, else the
+// listener's with an unspecified host replaced by a real one.
+func advertiseAddr(configured string, addr net.Addr) (string, error) {
+	if configured != "" {
+		return configured, nil
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return addr.String(), nil
+	}
+	if !tcp.IP.IsUnspecified() {
+		return tcp.String(), nil
+	}
+	ip, err := hostIP()
+	if err != nil {
+		return "", fmt.Errorf("dabb: find an address to advertise (set WithAdvertiseAddr): %w", err)
+	}
+	return net.JoinHostPort(ip.String(), fmt.Sprint(tcp.Port)), nil
+}
+
+func hostIP() (net.IP, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var v6 net.IP
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok || ipn.IP.IsLoopback() || ipn.IP.IsLinkLocalUnicast() {
+			continue
+		}
+		if ipn.IP.To4() != nil {
+			return ipn.IP, nil
+		}
+		if v6 == nil {
+			v6 = ipn.IP
+		}
+	}
+	if v6 != nil {
+		return v6, nil
+	}
+	return net.IPv4(127, 0, 0, 1), nil
+}
+
+// ServeRPC implements transport.Handler: it finds the service and method,
+// decodes the payload with the codec named by the header, runs the method
+// and encodes its result.
+func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
+	svc := (*s.services.Load())[req.Service]
+	if svc == nil {
+		setError(resp, protocol.StatusServiceNotFound, "service "+req.Service+" not found")
+		return
+	}
+	m := svc.methods[req.Method]
+	if m == nil {
+		setError(resp, protocol.StatusServiceNotFound, "method "+req.Service+"."+req.Method+" not found")
+		return
+	}
+	c, err := codec.ByID(req.Header.Flags().Serialization())
+	if err != nil {
+		setError(resp, protocol.StatusBadRequest, err.Error())
+		return
+	}
+	if req.Attachments != nil {
+		ctx = context.WithValue(ctx, attachmentsKey{}, req.Attachments)
+	}
+	d := s.decoders.Get().(*decoder)
+	d.codec, d.data, d.method = c, req.Payload, m.Name
+	out, err := m.Handler(svc.impl, ctx, d.fn)
+	d.codec, d.data = nil, nil
+	s.decoders.Put(d)
+	if err != nil {
+		status, msg := handlerStatus(err)
+		setError(resp, status, msg)
+		return
+	}
+	payload, err := c.Marshal(resp.Payload[:0], out)
+	if err != nil {
+		setError(resp, protocol.StatusSerializationError, "encode "+m.Name+" response: "+err.Error())
+		return
+	}
+	resp.Payload = payload
+	resp.Header.SetStatus(protocol.StatusOK)
+}
+
+// handlerStatus maps a handler's error to a response status. A status the
+// handler chose on purpose (a local *protocol.Error of 25, 40, 60 or 70)
+// passes; everything else, including errors the handler got from calls it
+// made itself, becomes 70: the caller must not mistake a downstream
+// timeout for one of its own.
+func handlerStatus(err error) (protocol.Status, string) {
+	var pe *protocol.Error
+	if errors.As(err, &pe) && !pe.Remote {
+		switch pe.Status {
+		case protocol.StatusSerializationError, protocol.StatusBadRequest,
+			protocol.StatusServiceNotFound, protocol.StatusServiceError:
+			return pe.Status, err.Error()
+		}
+	}
+	return protocol.StatusServiceError, err.Error()
+}
+
+func setError(resp *protocol.Message, s protocol.Status, msg string) {
+	resp.Header.SetStatus(s)
+	resp.Payload = append(resp.Payload[:0], msg...)
+}
+
+// decoder is pooled with its bound method value, so decoding a request
+// allocates no closure.
+type decoder struct {
+	codec  codec.Codec
+	data   []byte
+	method string
+	fn     func(any) error
+}
+
+func (d *decoder) decode(v any) error {
+	if err := d.codec.Unmarshal(d.data, v); err != nil {
+		return &protocol.Error{Status: protocol.StatusBadRequest, Msg: "decode " + d.method + " request", Err: err}
+	}
+	return nil
+}
+
+type attachmentsKey struct{}
+
+// Attachments returns the attachments the caller sent with the request
+// being served (trace ids, auth, the idempotency key), or nil.
+func Attachments(ctx context.Context) map[string]string {
+	a, _ := ctx.Value(attachmentsKey{}).(map[string]string)
+	return a
+}
+
+// IdempotencyKey returns the idempotency key of the request being served:
+// every attempt of one client call carries the same key, so a handler can
+// use it to recognise a retry. Empty when the caller sent none.
+func IdempotencyKey(ctx context.Context) string {
+	return Attachments(ctx)[protocol.AttachIdempotencyKey]
+}

@@ -1,0 +1,529 @@
+package dabb_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/dabbrpc/dabb"
+	_ "github.com/dabbrpc/dabb/codec/proto"
+	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	"github.com/dabbrpc/dabb/protocol"
+	"github.com/dabbrpc/dabb/proxy"
+	"github.com/dabbrpc/dabb/registry"
+	"github.com/dabbrpc/dabb/registry/static"
+	"github.com/dabbrpc/dabb/transport"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testTimeout = 10 * time.Second
+
+// quiet discards the logs of servers that are made to fail on purpose.
+var quiet = slog.New(slog.DiscardHandler)
+
+// probe is a test service. Its one method, Do, acts on the request's sku:
+//
+//	"echo"         answers Sku back with Count = remaining budget in ms
+//	"panic"        panics
+//	"fail"         returns a plain error
+//	"bad"          returns a status 40 error
+//	"sleep:<dur>"  sleeps (or until ctx ends), then answers
+//	"stall:<dur>"  sleeps, ignoring ctx, then answers
+//	"block"        waits until the test releases it
+//	"key"          answers the call's idempotency key as Sku
+type probe struct {
+	ran     atomic.Int64
+	release chan struct{}
+	started chan struct{}
+}
+
+func newProbe() *probe {
+	return &probe{release: make(chan struct{}), started: make(chan struct{}, 1024)}
+}
+
+func (p *probe) Do(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, error) {
+	p.ran.Add(1)
+	sku := req.GetSku()
+	switch {
+	case sku == "panic":
+		panic("probe: asked to panic")
+	case sku == "fail":
+		return nil, errors.New("probe: asked to fail")
+	case sku == "bad":
+		return nil, &protocol.Error{Status: protocol.StatusBadRequest, Msg: "probe: asked for a bad request"}
+	case sku == "key":
+		return &pb.StockReply{Sku: dabb.IdempotencyKey(ctx), Count: int64(len(dabb.Attachments(ctx)))}, nil
+	case sku == "block":
+		p.started <- struct{}{}
+		select {
+		case <-p.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	case strings.HasPrefix(sku, "stall:"):
+		d, _ := time.ParseDuration(strings.TrimPrefix(sku, "stall:"))
+		time.Sleep(d)
+	case strings.HasPrefix(sku, "sleep:"):
+		d, _ := time.ParseDuration(strings.TrimPrefix(sku, "sleep:"))
+		p.started <- struct{}{}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	var budget int64 = -1
+	if dl, ok := ctx.Deadline(); ok {
+		budget = time.Until(dl).Milliseconds()
+	}
+	return &pb.StockReply{Sku: sku, Count: budget}, nil
+}
+
+type prober interface {
+	Do(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, error)
+}
+
+var probeDesc = dabb.ServiceDesc{
+	Name:        "test.Probe",
+	HandlerType: (*prober)(nil),
+	Methods: []dabb.MethodDesc{{
+		Name: "Do",
+		Handler: func(srv any, ctx context.Context, dec func(any) error) (any, error) {
+			req := new(pb.StockRequest)
+			if err := dec(req); err != nil {
+				return nil, err
+			}
+			return srv.(prober).Do(ctx, req)
+		},
+	}},
+}
+
+// startServer serves a probe on a loopback port and returns its address.
+func startServer(t testing.TB, p *probe, opts ...dabb.Option) (*dabb.Server, string) {
+	t.Helper()
+	s := dabb.NewServer(append([]dabb.Option{dabb.WithLogger(quiet)}, opts...)...)
+	if err := s.RegisterService(&probeDesc, p); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
+			t.Errorf("Serve returned %v, want ErrServerClosed", err)
+		}
+	})
+	return s, l.Addr().String()
+}
+
+func newClient(t testing.TB, addrs ...string) *proxy.Client {
+	t.Helper()
+	var ins []registry.Instance
+	for _, a := range addrs {
+		ins = append(ins, registry.Instance{Service: probeDesc.Name, ID: a, Addr: a})
+	}
+	c := proxy.NewClient(static.New(ins...))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func call(ctx context.Context, c proxy.Caller, sku string, opts ...proxy.CallOption) (*pb.StockReply, error) {
+	resp := new(pb.StockReply)
+	err := c.Invoke(ctx, probeDesc.Name, "Do", &pb.StockRequest{Sku: sku}, resp, opts...)
+	return resp, err
+}
+
+func statusOf(t *testing.T, err error) *protocol.Error {
+	t.Helper()
+	var pe *protocol.Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v (%T) is not a *protocol.Error", err, err)
+	}
+	return pe
+}
+
+func TestCallOutcomes(t *testing.T) {
+	p := newProbe()
+	_, addr := startServer(t, p)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	tests := []struct {
+		sku      string
+		status   protocol.Status
+		sentinel error
+		msg      string
+	}{
+		{"echo", protocol.StatusOK, nil, ""},
+		{"fail", protocol.StatusServiceError, proxy.ErrServiceError, "probe: asked to fail"},
+		{"panic", protocol.StatusServiceError, proxy.ErrServiceError, "panic"},
+		{"bad", protocol.StatusBadRequest, proxy.ErrBadRequest, "asked for a bad request"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.sku, func(t *testing.T) {
+			reply, err := call(ctx, c, tt.sku)
+			if tt.status == protocol.StatusOK {
+				if err != nil {
+					t.Fatalf("call: %v", err)
+				}
+				if reply.GetSku() != tt.sku {
+					t.Fatalf("reply sku %q, want %q", reply.GetSku(), tt.sku)
+				}
+				return
+			}
+			pe := statusOf(t, err)
+			if pe.Status != tt.status || !pe.Remote {
+				t.Fatalf("got status %v remote=%v, want remote %v", pe.Status, pe.Remote, tt.status)
+			}
+			if !errors.Is(err, tt.sentinel) {
+				t.Errorf("errors.Is(%v, %v) = false", err, tt.sentinel)
+			}
+			if !strings.Contains(pe.Msg, tt.msg) {
+				t.Errorf("message %q does not contain %q", pe.Msg, tt.msg)
+			}
+		})
+	}
+	// The server lives on after the panic.
+	if _, err := call(ctx, c, "echo"); err != nil {
+		t.Fatalf("call after panic: %v", err)
+	}
+}
+
+func TestIdempotencyKeyReachesHandler(t *testing.T) {
+	_, addr := startServer(t, newProbe())
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	reply, err := call(ctx, c, "key", proxy.IdempotencyKey("order-7"), proxy.Attachment("trace", "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.GetSku() != "order-7" || reply.GetCount() != 2 {
+		t.Fatalf("handler saw key %q and %d attachments, want order-7 and 2", reply.GetSku(), reply.GetCount())
+	}
+	reply, err = call(ctx, c, "key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.GetSku() != "" || reply.GetCount() != 0 {
+		t.Fatalf("call without attachments: handler saw key %q and %d attachments", reply.GetSku(), reply.GetCount())
+	}
+}
+
+func TestPanicReachesOnlyItsCaller(t *testing.T) {
+	p := newProbe()
+	_, addr := startServer(t, p)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var okCalls, panics, other atomic.Int64
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sku := "echo"
+			if i%10 == 0 {
+				sku = "panic"
+			}
+			_, err := call(ctx, c, sku)
+			switch {
+			case err == nil && sku == "echo":
+				okCalls.Add(1)
+			case errors.Is(err, proxy.ErrServiceError) && sku == "panic":
+				panics.Add(1)
+			default:
+				other.Add(1)
+				t.Errorf("sku %s: %v", sku, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if okCalls.Load() != 180 || panics.Load() != 20 || other.Load() != 0 {
+		t.Fatalf("ok=%d panics=%d other=%d, want 180/20/0", okCalls.Load(), panics.Load(), other.Load())
+	}
+}
+
+func TestNotFound(t *testing.T) {
+	p := newProbe()
+	_, addr := startServer(t, p)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for _, tc := range []struct{ service, method, want string }{
+		{"test.Nope", "Do", "service test.Nope not found"},
+		{probeDesc.Name, "Nope", "method test.Probe.Nope not found"},
+	} {
+		// The static registry lists the probe's address for its own name
+		// only, so ask the transport directly for the unknown service.
+		err := rawCall(ctx, t, addr, tc.service, tc.method, 22, mustMarshal(t, &pb.StockRequest{Sku: "echo"}))
+		pe := statusOf(t, err)
+		if pe.Status != protocol.StatusServiceNotFound || !errors.Is(err, proxy.ErrNotFound) {
+			t.Errorf("%s.%s: got %v, want status 60", tc.service, tc.method, err)
+		}
+		if !strings.Contains(pe.Msg, tc.want) {
+			t.Errorf("message %q does not contain %q", pe.Msg, tc.want)
+		}
+	}
+	_ = c
+}
+
+func TestBadPayloadAndUnknownCodec(t *testing.T) {
+	p := newProbe()
+	_, addr := startServer(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	err := rawCall(ctx, t, addr, probeDesc.Name, "Do", 22, []byte{0xff, 0xff, 0xff})
+	if pe := statusOf(t, err); pe.Status != protocol.StatusBadRequest || !strings.Contains(pe.Msg, "decode Do request") {
+		t.Errorf("undecodable payload: got %v, want status 40 naming the method", err)
+	}
+	err = rawCall(ctx, t, addr, probeDesc.Name, "Do", 9, mustMarshal(t, &pb.StockRequest{Sku: "echo"}))
+	if pe := statusOf(t, err); pe.Status != protocol.StatusBadRequest || !strings.Contains(pe.Msg, "id 9") {
+		t.Errorf("unknown serialization: got %v, want status 40 naming id 9", err)
+	}
+	if n := p.ran.Load(); n != 0 {
+		t.Errorf("handler ran %d times for requests it could not decode", n)
+	}
+}
+
+func TestDeadlineBudget(t *testing.T) {
+	p := newProbe()
+	_, addr := startServer(t, p)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	reply, err := call(ctx, c, "echo", proxy.Timeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := reply.GetCount(); b <= 0 || b > 300 {
+		t.Fatalf("handler saw a budget of %d ms, want in (0, 300]", b)
+	}
+	// The context's deadline wins when earlier than the method's timeout.
+	short, cancel2 := context.WithTimeout(ctx, 150*time.Millisecond)
+	defer cancel2()
+	reply, err = call(short, c, "echo", proxy.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := reply.GetCount(); b <= 0 || b > 150 {
+		t.Fatalf("handler saw a budget of %d ms, want in (0, 150]", b)
+	}
+	// A slow handler: the client gives up with a local 31 at its budget.
+	start := time.Now()
+	_, err = call(ctx, c, "stall:300ms", proxy.Timeout(100*time.Millisecond))
+	pe := statusOf(t, err)
+	if pe.Status != protocol.StatusServerTimeout || pe.Remote || !errors.Is(err, proxy.ErrTimeout) {
+		t.Fatalf("slow call: got %v, want a local status 31", err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("slow call took %v to time out with a 100ms budget", el)
+	}
+	// A call whose budget is spent before sending never leaves: 30.
+	spent, cancel3 := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel3()
+	before := p.ran.Load()
+	_, err = call(spent, c, "echo")
+	if pe := statusOf(t, err); pe.Status != protocol.StatusClientTimeout || !errors.Is(err, proxy.ErrNotSent) {
+		t.Fatalf("spent budget: got %v, want status 30 not sent", err)
+	}
+	if p.ran.Load() != before {
+		t.Fatal("handler ran for a call whose budget was spent")
+	}
+}
+
+func TestSpentBudgetOnTheWire(t *testing.T) {
+	p := newProbe()
+	_, addr := startServer(t, p)
+	conn, err := net.DialTimeout("tcp", addr, testTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(testTimeout))
+	m := &protocol.Message{Service: probeDesc.Name, Method: "Do", Timeout: -1, Payload: mustMarshal(t, &pb.StockRequest{Sku: "echo"})}
+	m.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, 22), 0, 77)
+	if _, err := conn.Write(protocol.AppendMessage(nil, m)); err != nil {
+		t.Fatal(err)
+	}
+	var resp protocol.Message
+	if err := protocol.ReadMessage(bufio.NewReader(conn), &resp, 0); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Header.ID() != 77 || resp.Header.Status() != protocol.StatusServerTimeout {
+		t.Fatalf("got id %d status %v, want id 77 status 31", resp.Header.ID(), resp.Header.Status())
+	}
+	if p.ran.Load() != 0 {
+		t.Fatal("handler ran although the budget was spent on arrival")
+	}
+}
+
+func TestManyCallsOneClient(t *testing.T) {
+	calls, workers := 100_000, 256
+	if testing.Short() {
+		calls = 10_000
+	}
+	p := newProbe()
+	_, a1 := startServer(t, p)
+	_, a2 := startServer(t, p)
+	c := newClient(t, a1, a2)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var next, failed atomic.Int64
+	var first atomic.Value
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(calls) {
+					return
+				}
+				want := "echo-" + strconv.FormatInt(i, 10)
+				reply, err := call(ctx, c, want, proxy.Timeout(10*time.Second))
+				if err == nil && reply.GetSku() != want {
+					err = fmt.Errorf("reply %q for request %q", reply.GetSku(), want)
+				}
+				if err != nil {
+					failed.Add(1)
+					first.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d of %d calls failed; first: %v", n, calls, first.Load())
+	}
+	if got := p.ran.Load(); got != int64(calls) {
+		t.Fatalf("server ran %d calls, want %d", got, calls)
+	}
+}
+
+func TestShutdownUnderLoad(t *testing.T) {
+	p1, p2 := newProbe(), newProbe()
+	s1, a1 := startServer(t, p1)
+	_, a2 := startServer(t, p2)
+	c := newClient(t, a1, a2)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	// Warm both connections, then start slow calls on both servers.
+	for range 4 {
+		if _, err := call(ctx, c, "echo"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 1000)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := call(ctx, c, "sleep:200ms", proxy.Timeout(5*time.Second))
+			errs <- err
+		}()
+	}
+	for range 10 {
+		select {
+		case <-p1.started:
+		case <-ctx.Done():
+			t.Fatal("slow calls did not start on s1")
+		}
+	}
+	ranBefore := p1.ran.Load()
+	shutdownDone := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		shutdownDone <- s1.Shutdown(sctx)
+	}()
+	// Keep calling while s1 drains: every call must succeed, on s2 or
+	// after a rejection by s1 that the client retries elsewhere.
+	stop := time.After(400 * time.Millisecond)
+loop:
+	for {
+		select {
+		case <-stop:
+			break loop
+		default:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := call(ctx, c, "echo")
+			errs <- err
+		}()
+		time.Sleep(2 * time.Millisecond) // paces the load; not a synchronisation
+	}
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		n++
+		if err != nil {
+			t.Errorf("call during shutdown: %v", err)
+		}
+	}
+	if err := <-shutdownDone; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if got := p1.ran.Load(); got != ranBefore {
+		t.Errorf("s1 ran %d calls after it began shutting down", got-ranBefore)
+	}
+	if n < 50 {
+		t.Errorf("only %d calls made during the shutdown window", n)
+	}
+	for range 10 {
+		if _, err := call(ctx, c, "echo"); err != nil {
+			t.Fatalf("call after shutdown: %v", err)
+		}
+	}
+}
+
+func mustMarshal(t *testing.T, m gproto.Message) []byte {
+	t.Helper()
+	b, err := gproto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// rawCall sends one request with the given serialization id through a bare
+// transport pool and returns the error it gets back.
+func rawCall(ctx context.Context, t *testing.T, addr, service, method string, ser byte, payload []byte) error {
+	t.Helper()
+	pool := transport.NewPool(transport.Config{})
+	defer pool.Close()
+	m := &protocol.Message{Service: service, Method: method, Timeout: time.Second, Payload: payload}
+	m.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, ser), 0, 0)
+	resp, err := pool.RoundTrip(ctx, addr, m)
+	if err == nil {
+		pool.Release(resp)
+		t.Fatalf("%s.%s: call succeeded, want an error", service, method)
+	}
+	return err
+}
