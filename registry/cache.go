@@ -31,7 +31,7 @@ const (
 
 // Defaults of CacheConfig.
 const (
-	DefaultInitialTimeout = 3 * time.Second
+	DefaultInitialTimeout = 500 * time.Millisecond
 	DefaultMinRetryDelay  = 100 * time.Millisecond
 	DefaultMaxRetryDelay  = 10 * time.Second
 )
@@ -51,7 +51,9 @@ type CacheConfig struct {
 	// falls back to it, so a process can start during an outage.
 	SnapshotPath string
 	// InitialTimeout bounds how long the first lookup of a service waits
-	// for the registry before it falls back to the snapshot; default 3 s.
+	// for the registry before it falls back to the snapshot; default
+	// 500 ms. Keep it well below the call timeout (1 s by default): the
+	// first call of a service spends this wait from its own budget.
 	InitialTimeout time.Duration
 	// MinRetryDelay and MaxRetryDelay bound the backoff between watch
 	// attempts while the registry is unreachable; defaults 100 ms, 10 s.

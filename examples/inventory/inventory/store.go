@@ -1,0 +1,98 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dabbrpc/dabb"
+	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+// ErrInsufficientStock is returned by Deduct when sku has fewer units than
+// asked for; nothing is deducted. It reaches callers as a service error
+// (status 70) with this text.
+var ErrInsufficientStock = fmt.Errorf("inventory: insufficient stock")
+
+// Store is an in-memory Inventory. It never deducts twice for one request
+// id: the first answer for an id is recorded in the same critical section
+// as the deduction, and a repeat gets that answer back with Duplicate set.
+//
+// A real store would write the record and the stock change in one
+// database transaction; the shape of the rule is the same.
+type Store struct {
+	mu    sync.Mutex // guards following
+	stock map[string]int64
+	done  map[string]*pb.DeductReply // request id -> first answer
+
+	deducted   atomic.Int64 // units actually deducted
+	duplicates atomic.Int64 // repeated request ids answered from the record
+	calls      atomic.Int64 // Deduct and Stock calls served
+}
+
+// NewStore returns a store holding the given stock per SKU.
+func NewStore(stock map[string]int64) *Store {
+	s := &Store{stock: make(map[string]int64, len(stock)), done: map[string]*pb.DeductReply{}}
+	for k, v := range stock {
+		s.stock[k] = v
+	}
+	return s
+}
+
+var _ Inventory = (*Store)(nil)
+
+// Deduct implements Inventory. The request id is the request's request_id,
+// or the call's idempotency key when the request has none.
+func (s *Store) Deduct(ctx context.Context, req *pb.DeductRequest) (*pb.DeductReply, error) {
+	s.calls.Add(1)
+	if req.GetCount() <= 0 {
+		return nil, &protocol.Error{Status: protocol.StatusBadRequest, Msg: fmt.Sprintf("count must be positive, got %d", req.GetCount())}
+	}
+	id := req.GetRequestId()
+	if id == "" {
+		id = dabb.IdempotencyKey(ctx)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id != "" {
+		if prev, ok := s.done[id]; ok {
+			s.duplicates.Add(1)
+			return &pb.DeductReply{Remaining: prev.GetRemaining(), Duplicate: true}, nil
+		}
+	}
+	have, ok := s.stock[req.GetSku()]
+	if !ok {
+		return nil, &protocol.Error{Status: protocol.StatusBadRequest, Msg: "unknown sku " + req.GetSku()}
+	}
+	if have < int64(req.GetCount()) {
+		return nil, fmt.Errorf("%w: %s has %d, asked for %d", ErrInsufficientStock, req.GetSku(), have, req.GetCount())
+	}
+	have -= int64(req.GetCount())
+	s.stock[req.GetSku()] = have
+	s.deducted.Add(int64(req.GetCount()))
+	reply := &pb.DeductReply{Remaining: have}
+	if id != "" {
+		s.done[id] = reply
+	}
+	return reply, nil
+}
+
+// Stock implements Inventory.
+func (s *Store) Stock(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, error) {
+	s.calls.Add(1)
+	s.mu.Lock()
+	n, ok := s.stock[req.GetSku()]
+	s.mu.Unlock()
+	if !ok {
+		return nil, &protocol.Error{Status: protocol.StatusBadRequest, Msg: "unknown sku " + req.GetSku()}
+	}
+	return &pb.StockReply{Sku: req.GetSku(), Count: n}, nil
+}
+
+// Stats reports what the store did: calls served, units deducted, repeated
+// request ids answered without deducting.
+func (s *Store) Stats() (calls, deducted, duplicates int64) {
+	return s.calls.Load(), s.deducted.Load(), s.duplicates.Load()
+}
