@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs all of dabb's checks and tests: go vet, gofmt, staticcheck, and
+# go test -race over every package, against real ZooKeeper and etcd servers
+# that the tests start on loopback ports.
+#
+# It installs what the tests need when it is missing: ZooKeeper and etcd
+# from Debian's packages (as root, or through sudo), staticcheck from the Go
+# module proxy. Set CI=true to make a missing server fail the run instead of
+# skipping its tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+staticcheck_version=v0.8.2
+
+need=()
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+if [ ${#need[@]} -gt 0 ]; then
+	echo "== installing ${need[*]}"
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+		sudo apt-get update -qq
+		sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+	else
+		echo "the registry tests need ${need[*]}: sudo apt-get install -y ${need[*]}" >&2
+		echo "(without them those tests skip; with CI=true they fail)" >&2
+	fi
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change: $unformatted" >&2
+	exit 1
+fi
+
+echo "== staticcheck"
+gobin=$(go env GOPATH)/bin
+if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "${staticcheck_version#v}"; then
+	go install "honnef.co/go/tools/cmd/staticcheck@${staticcheck_version}"
+fi
+"$gobin/staticcheck" ./...
+
+echo "== go test -race"
+go test -race -count=1 -timeout 15m ./...
