@@ -1,0 +1,17 @@
+//go:build !linux
+
+package zktest
+
+import (
+	"os"
+	"syscall"
+)
+
+// sysProcAttr has no portable way to tie the server's life to the test
+// binary outside Linux; tests still stop it in their cleanup.
+func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+// killGroup sends sig to the process.
+func killGroup(p *os.Process, sig syscall.Signal) {
+	p.Signal(sig)
+}

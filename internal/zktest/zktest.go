@@ -1,0 +1,447 @@
+// Package zktest runs a real ZooKeeper server process for tests.
+//
+// One server per test:
+//
+//	srv := zktest.Start(t) // killed and removed when t ends
+//	conn, _, _ := zk.Connect([]string{srv.Addr()}, 2*time.Second)
+//	srv.Stop()  // an outage...
+//	srv.Start(t) // ...and the recovery: same data directory, same port
+//
+// One server per test package, started by the first test that asks:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(zktest.WithShared(m)) }
+//	func TestX(t *testing.T) { srv := zktest.Shared(t); ... }
+//
+// The server is ZooKeeperServerMain from the Debian package
+// (apt-get install -y zookeeper): /usr/share/java/zookeeper.jar, whose
+// manifest names its dependencies, run by java from PATH. $ZOOKEEPER_CLASSPATH
+// replaces the class path. When java or the jar is missing the test is
+// skipped, or fails when $CI is "true".
+//
+// The server listens on a free 127.0.0.1 port (never 2181), with tickTime
+// 200 ms so that session timeouts from 400 ms to 60 s are accepted, and dies
+// with the test binary.
+package zktest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	// TickTime is the server's tick; the shortest session timeout it
+	// grants is twice this.
+	TickTime = 200 * time.Millisecond
+	// readyTimeout bounds how long a server may take to answer ruok.
+	readyTimeout = 30 * time.Second
+	// stopTimeout bounds a graceful stop before the process is killed.
+	stopTimeout = 10 * time.Second
+	// logTailBytes is how much of the server's log failures show.
+	logTailBytes = 4 << 10
+)
+
+// Default locations of the Debian package.
+const (
+	debianJar   = "/usr/share/java/zookeeper.jar"
+	debianSLF4J = "/usr/share/java/slf4j-simple.jar" // optional: makes the server log
+	debianCLI   = "/usr/share/zookeeper/bin/zkCli.sh"
+)
+
+// Server is one ZooKeeper server process.
+type Server struct {
+	java      string
+	classpath string
+	dir       string // holds zoo.cfg, data/ and server.log
+	port      int
+
+	mu   sync.Mutex // guards following
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// Start starts a server on a free port in a new temporary directory, waits
+// until it answers, and arranges for it to be killed and its data removed
+// when the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	java, cp := install(t)
+	s, err := newServer(java, cp)
+	if err != nil {
+		t.Fatalf("zktest: %v", err)
+	}
+	t.Cleanup(s.destroy)
+	if err := s.start(); err != nil {
+		t.Fatalf("zktest: %v", err)
+	}
+	return s
+}
+
+var shared struct {
+	mu  sync.Mutex // guards following
+	srv *Server
+	err error
+}
+
+// Shared returns the package's shared server, starting it on first use. It
+// lives until the wrapper from [WithShared] stops it after all tests (or,
+// without it, until the test binary exits). Tests that stop or kill their
+// server must use [Start] instead.
+func Shared(t testing.TB) *Server {
+	t.Helper()
+	java, cp := install(t)
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.srv == nil && shared.err == nil {
+		s, err := newServer(java, cp)
+		if err == nil {
+			if err = s.start(); err != nil {
+				s.destroy()
+			}
+		}
+		if err != nil {
+			shared.err = err
+		} else {
+			shared.srv = s
+		}
+	}
+	if shared.err != nil {
+		t.Fatalf("zktest: shared server: %v", shared.err)
+	}
+	return shared.srv
+}
+
+// WithShared wraps a testing.M so that running it also stops the shared
+// server after the tests, before leak checks run:
+//
+//	goleak.VerifyTestMain(zktest.WithShared(m))
+func WithShared(m interface{ Run() int }) interface{ Run() int } {
+	return runFunc(func() int {
+		code := m.Run()
+		shared.mu.Lock()
+		defer shared.mu.Unlock()
+		if shared.srv != nil {
+			shared.srv.destroy()
+			shared.srv = nil
+		}
+		return code
+	})
+}
+
+type runFunc func() int
+
+func (f runFunc) Run() int { return f() }
+
+// install finds java and the server's class path, or ends the test.
+func install(t testing.TB) (java, classpath string) {
+	t.Helper()
+	java, cp, err := lookup()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("zktest: %v", err)
+		}
+		t.Skipf("zookeeper not installed: apt-get install -y zookeeper (%v)", err)
+	}
+	return java, cp
+}
+
+func lookup() (java, classpath string, err error) {
+	java, err = exec.LookPath("java")
+	if err != nil {
+		return "", "", fmt.Errorf("java not found on PATH: %w", err)
+	}
+	if cp := os.Getenv("ZOOKEEPER_CLASSPATH"); cp != "" {
+		return java, cp, nil
+	}
+	if _, err := os.Stat(debianJar); err != nil {
+		return "", "", fmt.Errorf("no ZooKeeper jar: %w", err)
+	}
+	cp := debianJar
+	if _, err := os.Stat(debianSLF4J); err == nil {
+		cp += string(os.PathListSeparator) + debianSLF4J
+	}
+	return java, cp, nil
+}
+
+func newServer(java, classpath string) (*Server, error) {
+	dir, err := os.MkdirTemp("", "zktest-")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &Server{java: java, classpath: classpath, dir: dir, port: port}
+	cfg := strings.Join([]string{
+		"tickTime=" + strconv.Itoa(int(TickTime/time.Millisecond)),
+		"minSessionTimeout=" + strconv.Itoa(int(2*TickTime/time.Millisecond)),
+		"maxSessionTimeout=60000",
+		"dataDir=" + filepath.Join(dir, "data"),
+		"clientPortAddress=127.0.0.1",
+		"clientPort=" + strconv.Itoa(port),
+		"maxClientCnxns=0",
+		// No fsync per write: tests share a busy disk, and data survives
+		// Stop and Kill in the page cache.
+		"forceSync=no",
+		"admin.enableServer=false",
+		"4lw.commands.whitelist=ruok,stat,srvr",
+		"",
+	}, "\n")
+	if err := os.WriteFile(s.configPath(), []byte(cfg), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// freePort returns a port free on 127.0.0.1 at the moment, never
+// ZooKeeper's default 2181.
+func freePort() (int, error) {
+	for range 10 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("find a free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if port != 2181 {
+			return port, nil
+		}
+	}
+	return 0, errors.New("find a free port: only 2181 was offered")
+}
+
+func (s *Server) configPath() string { return filepath.Join(s.dir, "zoo.cfg") }
+func (s *Server) logPath() string    { return filepath.Join(s.dir, "server.log") }
+
+// Addr returns the client address, 127.0.0.1:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Dir returns the directory holding zoo.cfg, the data directory and the
+// server's log.
+func (s *Server) Dir() string { return s.dir }
+
+// Start starts the server again after Stop or Kill, with the same data
+// directory and port, and waits until it answers. It fails the test when
+// the server does not come up.
+func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	if err := s.start(); err != nil {
+		t.Fatalf("zktest: %v", err)
+	}
+}
+
+// Stop stops the server gracefully (SIGTERM), killing it if it has not
+// exited within 10 s, and waits for it to exit. Sessions and ephemeral
+// nodes survive in the data directory for the next Start.
+func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
+
+// Kill kills the server (SIGKILL) and waits for it to exit.
+func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
+
+// Running reports whether the server process is running.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Log returns the end of the server's log.
+func (s *Server) Log() string {
+	f, err := os.Open(s.logPath())
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > logTailBytes {
+		if _, err := f.Seek(-logTailBytes, io.SeekEnd); err != nil {
+			return fmt.Sprintf("(log: %v)", err)
+		}
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Sprintf("(log: %v)", err)
+	}
+	return string(b)
+}
+
+// CLIPath returns ZooKeeper's command-line shell as the Debian package
+// installs it, or an error when it is missing.
+func CLIPath() (string, error) {
+	if _, err := os.Stat(debianCLI); err != nil {
+		return "", fmt.Errorf("zktest: no zkCli.sh: %w", err)
+	}
+	return debianCLI, nil
+}
+
+// CLI runs ZooKeeper's shell (zkCli.sh) with one command against the
+// server, e.g. CLI(ctx, "ls", "-R", "/services"), and returns its standard
+// output. The shell also prints connection chatter; callers pick out the
+// lines they need.
+func (s *Server) CLI(ctx context.Context, args ...string) (string, error) {
+	cli, err := CLIPath()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, cli, append([]string{"-server", s.Addr()}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("zktest: zkCli.sh %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done != nil {
+		select {
+		case <-s.done:
+		default:
+			return errors.New("start: server already running")
+		}
+	}
+	logf, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	defer logf.Close() // the child holds its own descriptor
+	cmd := exec.Command(s.java,
+		"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-Dorg.slf4j.simpleLogger.showDateTime=true",
+		"-cp", s.classpath,
+		"org.apache.zookeeper.server.ZooKeeperServerMain", s.configPath())
+	cmd.Dir = s.dir
+	// An *os.File, not a buffer: exec starts no copying goroutines.
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.java, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	s.cmd, s.done = cmd, done
+	if err := s.waitReady(done); err != nil {
+		killGroup(cmd.Process, syscall.SIGKILL)
+		<-done
+		return fmt.Errorf("server on %s: %w\n--- server log (tail) ---\n%s", s.Addr(), err, s.Log())
+	}
+	return nil
+}
+
+// waitReady sends ruok until the server answers imok, then srvr until it
+// reports its mode: ruok is answered as soon as the port is open, srvr only
+// once the server serves requests.
+func (s *Server) waitReady(exited <-chan struct{}) error {
+	deadline := time.Now().Add(readyTimeout)
+	var last error
+	for {
+		last = s.probe()
+		if last == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready within %v: %w", readyTimeout, last)
+		}
+		select {
+		case <-exited:
+			return errors.New("process exited before it was ready")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) probe() error {
+	ok, err := FourLetter(s.Addr(), "ruok", time.Second)
+	if err != nil {
+		return err
+	}
+	if ok != "imok" {
+		return fmt.Errorf("ruok answered %q", ok)
+	}
+	stat, err := FourLetter(s.Addr(), "srvr", time.Second)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(stat, "Mode: ") {
+		return fmt.Errorf("srvr answered %q", strings.TrimSpace(stat))
+	}
+	return nil
+}
+
+// FourLetter sends one of ZooKeeper's four-letter commands (ruok, stat,
+// srvr) to addr and returns the answer.
+func FourLetter(addr, cmd string, timeout time.Duration) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return "", err
+	}
+	if _, err := io.WriteString(c, cmd); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// signal sends sig to the server's process group and waits for it to exit,
+// killing it after stopTimeout.
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	killGroup(cmd.Process, sig)
+	select {
+	case <-done:
+	case <-time.After(stopTimeout):
+		killGroup(cmd.Process, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// destroy kills the server and removes its directory.
+func (s *Server) destroy() {
+	s.Kill()
+	os.RemoveAll(s.dir)
+}

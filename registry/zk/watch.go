@@ -1,0 +1,252 @@
+package zk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dabbrpc/dabb/registry"
+	"github.com/go-zookeeper/zk"
+)
+
+// Watch starts following the instances of service: it reads the current
+// set (so that the first Next returns at once) and then re-reads it after
+// every change of the service node's children. ctx bounds only this call,
+// like RequestTimeout; the watch lasts until Stop or Close.
+func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher, error) {
+	if err := validService(service); err != nil {
+		return nil, fmt.Errorf("zk: watch: %w", err)
+	}
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	conn, err := r.session(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("zk: watch %s: %w", service, err)
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	w := &watcher{
+		r:       r,
+		service: service,
+		path:    r.servicePath(service),
+		ctx:     wctx,
+		cancel:  wcancel,
+		changed: make(chan struct{}),
+	}
+	type result struct {
+		list   []registry.Instance
+		events <-chan zk.Event
+		err    error
+	}
+	res := make(chan result, 1)
+	if !r.spawn(func() {
+		list, events, err := w.load(conn)
+		res <- result{list, events, err}
+	}) {
+		wcancel()
+		return nil, fmt.Errorf("zk: watch %s: %w", service, registry.ErrClosed)
+	}
+	var first result
+	select {
+	case first = <-res:
+	case <-ctx.Done():
+		first.err = ctx.Err()
+	}
+	if first.err != nil {
+		wcancel()
+		return nil, fmt.Errorf("zk: watch %s: %w", service, first.err)
+	}
+	w.cur = first.list
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		wcancel()
+		return nil, fmt.Errorf("zk: watch %s: %w", service, registry.ErrClosed)
+	}
+	r.watchers[w] = struct{}{}
+	r.wg.Add(1)
+	go w.run(conn, first.events)
+	return w, nil
+}
+
+// watcher is a registry.Watcher of one service.
+type watcher struct {
+	r       *Registry
+	service string
+	path    string
+	ctx     context.Context // ends with Stop
+	cancel  context.CancelFunc
+
+	mu      sync.Mutex // guards following
+	cur     []registry.Instance
+	changed chan struct{} // closed and replaced when cur changes
+	last    []registry.Instance
+	sent    bool // Next has returned a set
+}
+
+// Next returns the current set the first time, then blocks until the set
+// differs from the one it last returned.
+func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
+	for {
+		if w.ctx.Err() != nil {
+			return nil, registry.ErrWatcherStopped
+		}
+		w.mu.Lock()
+		if !w.sent || !registry.EqualSets(w.cur, w.last) {
+			w.last, w.sent = w.cur, true
+			out := clone(w.cur)
+			w.mu.Unlock()
+			return out, nil
+		}
+		changed := w.changed
+		w.mu.Unlock()
+		select {
+		case <-changed:
+		case <-w.ctx.Done():
+			return nil, registry.ErrWatcherStopped
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Stop ends the watch; Next returns registry.ErrWatcherStopped.
+func (w *watcher) Stop() {
+	w.cancel()
+	w.r.mu.Lock()
+	delete(w.r.watchers, w)
+	w.r.mu.Unlock()
+}
+
+// run re-arms the child watch after each event and publishes the set read
+// while re-arming, so a change between the event and the re-arm is not
+// lost. While ZooKeeper is unreachable it keeps the last set: the client
+// restores its watches on reconnection, and a session expiry ends them with
+// an event, after which run waits for the new session and reloads.
+func (w *watcher) run(conn *zk.Conn, events <-chan zk.Event) {
+	defer w.r.wg.Done()
+	const minDelay, maxDelay = 100 * time.Millisecond, 2 * time.Second
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		select {
+		case ev := <-events:
+			if ev.Type == zk.EventNotWatching {
+				w.r.log.Debug("watch ended by the client; reloading", "path", w.path, "err", ev.Err)
+			}
+		case <-w.ctx.Done():
+			return
+		}
+		for delay := minDelay; ; delay = min(2*delay, maxDelay) {
+			if err := w.r.waitSession(w.ctx, conn); err != nil {
+				return // stopped or closed
+			}
+			list, next, err := w.load(conn)
+			if w.ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				w.publish(list)
+				events = next
+				break
+			}
+			w.r.log.Debug("watch: reload failed; keeping the last set", "path", w.path, "err", err, "retry_in", delay)
+			retry.Reset(delay)
+			select {
+			case <-retry.C:
+			case <-w.ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// load sets a watch on the service node's children (or on the node's
+// creation while it does not exist) and reads the instances.
+func (w *watcher) load(conn *zk.Conn) ([]registry.Instance, <-chan zk.Event, error) {
+	for range maxAttempts {
+		children, _, events, err := conn.ChildrenW(w.path)
+		if errors.Is(err, zk.ErrNoNode) {
+			exists, _, created, err := conn.ExistsW(w.path)
+			if err != nil {
+				return nil, nil, err
+			}
+			if exists {
+				continue // created in between; watch its children
+			}
+			return nil, created, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		list := make([]registry.Instance, 0, len(children))
+		for _, child := range children {
+			data, _, err := conn.Get(w.path + "/" + child)
+			if errors.Is(err, zk.ErrNoNode) {
+				continue // gone since; the child watch has fired
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			in, ok := w.decode(child, data)
+			if ok {
+				list = append(list, in)
+			}
+		}
+		return registry.SortedCopy(list), events, nil
+	}
+	return nil, nil, fmt.Errorf("%s appeared and vanished %d times", w.path, maxAttempts)
+}
+
+// decode reads an instance node. The path names the instance: the
+// service and ID in the data must agree with it, or are filled from it.
+func (w *watcher) decode(child string, data []byte) (registry.Instance, bool) {
+	var in registry.Instance
+	if err := json.Unmarshal(data, &in); err != nil {
+		w.r.log.Warn("skipping a node that does not hold an instance", "path", w.path+"/"+child, "err", err)
+		return in, false
+	}
+	if (in.Service != "" && in.Service != w.service) || (in.ID != "" && in.ID != child) {
+		w.r.log.Warn("node data names another instance; using the node's path",
+			"path", w.path+"/"+child, "service", in.Service, "id", in.ID)
+	}
+	in.Service, in.ID = w.service, child
+	if in.Addr == "" {
+		w.r.log.Warn("skipping an instance without an address", "path", w.path+"/"+child)
+		return in, false
+	}
+	return in, true
+}
+
+// publish makes list the current set if it differs from it.
+func (w *watcher) publish(list []registry.Instance) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if registry.EqualSets(w.cur, list) {
+		return
+	}
+	w.cur = list
+	w.r.log.Debug("watch: set changed", "path", w.path, "instances", len(list))
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// clone copies a set deeply, so callers may change what Next returns.
+func clone(list []registry.Instance) []registry.Instance {
+	out := slices.Clone(list)
+	for i := range out {
+		if out[i].Metadata != nil {
+			out[i].Metadata = maps.Clone(out[i].Metadata)
+		}
+	}
+	if out == nil {
+		out = []registry.Instance{}
+	}
+	return out
+}
