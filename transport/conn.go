@@ -56,7 +56,8 @@ type clientConn struct {
 	nextID atomic.Uint64
 	live   liveness
 	// readOnly is set when the peer sent the read-only event: no new
-	// calls go to this connection, pending ones finish.
+	// calls go to this connection, pending ones finish, and the
+	// connection closes itself as soon as none is left (see drainedLocked).
 	readOnly atomic.Bool
 	dead     atomic.Bool // closed; mirrors closed for lock-free checks
 
@@ -128,16 +129,50 @@ func (c *clientConn) closeErr() error {
 	return c.err
 }
 
-// register adds a pending call; false when the connection is closed.
-func (c *clientConn) register(id uint64, cl *call) bool {
+// register adds a pending call. It fails, with an error wrapping
+// ErrNotSent, when the connection is closed or read-only: checking
+// readOnly under mu, where drainedLocked looks at the table, means no call
+// can join a read-only connection that is about to close itself.
+func (c *clientConn) register(id uint64, cl *call) error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
-		return false
+		return notSent(protocol.StatusChannelInactive, "connection closed", c.err)
+	}
+	if c.readOnly.Load() {
+		return c.errReadOnly()
 	}
 	c.pending[id] = cl
+	return nil
+}
+
+func (c *clientConn) errReadOnly() error {
+	return notSent(protocol.StatusChannelInactive, "address is read-only (shutting down): "+c.ep.addr, nil)
+}
+
+// drainedLocked reports, with mu held, whether c got the read-only event,
+// has no call left and is still open. The caller then closes it: that
+// close tells the server nothing more will come on this connection, so
+// the server, which keeps reading until then (answering late requests
+// with status 100), never drops a request it did not answer.
+func (c *clientConn) drainedLocked() bool {
+	return !c.closed && len(c.pending) == 0 && c.readOnly.Load()
+}
+
+// closeDrained closes c after its last call on a read-only connection.
+func (c *clientConn) closeDrained() {
+	c.close(fmt.Errorf("transport: %s is shutting down; closed the connection after its last call: %w",
+		c.ep.addr, ErrClosed))
+}
+
+// closeIfDrained closes c if it is read-only with no call left.
+func (c *clientConn) closeIfDrained() {
+	c.mu.Lock()
+	drained := c.drainedLocked()
 	c.mu.Unlock()
-	return true
+	if drained {
+		c.closeDrained()
+	}
 }
 
 // abandon takes a call out of the pending table when its caller stops
@@ -147,7 +182,11 @@ func (c *clientConn) abandon(id uint64, cl *call) {
 	c.mu.Lock()
 	if got, ok := c.pending[id]; ok && got == cl {
 		delete(c.pending, id)
+		drained := c.drainedLocked()
 		c.mu.Unlock()
+		if drained {
+			c.closeDrained()
+		}
 		return
 	}
 	c.mu.Unlock()
@@ -189,8 +228,10 @@ func (c *clientConn) readLoop() {
 		id := m.Header.ID()
 		c.mu.Lock()
 		cl, ok := c.pending[id]
+		drained := false
 		if ok {
 			delete(c.pending, id)
+			drained = c.drainedLocked()
 		}
 		c.mu.Unlock()
 		if !ok {
@@ -198,6 +239,9 @@ func (c *clientConn) readLoop() {
 			continue
 		}
 		cl.ch <- m
+		if drained {
+			c.closeDrained() // the read then fails and the loop ends
+		}
 	}
 }
 
@@ -216,8 +260,11 @@ func (c *clientConn) event(m *protocol.Message) {
 	case m.IsHeartbeat():
 		_ = c.w.writeEvent(eventHeartbeatResponse, m.Header.ID())
 	case m.IsReadOnly():
+		// Mark the address before this connection can go, so callers
+		// never fall back on its other connections meanwhile.
 		c.readOnly.Store(true)
 		c.ep.markReadOnly()
+		c.closeIfDrained()
 	}
 }
 
@@ -262,6 +309,9 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 	req.Header.SetID(id)
 
 	if !req.Header.Flags().IsTwoWay() {
+		if c.readOnly.Load() {
+			return nil, c.errReadOnly()
+		}
 		queued, err := c.write(req, remaining)
 		if err != nil {
 			return nil, c.writeError(queued, err)
@@ -270,9 +320,9 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 	}
 
 	cl := callPool.Get().(*call)
-	if !c.register(id, cl) {
+	if err := c.register(id, cl); err != nil {
 		callPool.Put(cl)
-		return nil, notSent(protocol.StatusChannelInactive, "connection closed", c.closeErr())
+		return nil, err
 	}
 	queued, err := c.write(req, remaining)
 	if err != nil {

@@ -10,7 +10,7 @@
 //	l, _ := net.Listen("tcp", "127.0.0.1:20880")
 //	go srv.Serve(l) // returns ErrServerClosed after Shutdown
 //	...
-//	srv.Shutdown(ctx) // read-only event, drain, close
+//	srv.Shutdown(ctx) // read-only event, drain, wait for clients to close
 //
 // Call:
 //
@@ -32,9 +32,18 @@
 // inline from the calling goroutine; under load the frames that queue up
 // while one write is in the kernel go out together in the next. Idle
 // connections exchange Dubbo heartbeats and a peer silent for three
-// intervals is dropped. A server that starts shutting down sends the
-// read-only event; the pool then stops choosing that address
-// ([Pool.ReadOnly]) until a fresh connection to it succeeds.
+// intervals is dropped.
+//
+// Graceful shutdown: [Server.Shutdown] stops accepting and sends the
+// read-only event on every connection. The pool then stops choosing that
+// address ([Pool.ReadOnly]) until a fresh connection to it succeeds, and
+// closes each of its connections there as soon as no call is pending on it.
+// The server lets its handlers finish, then keeps reading until each client
+// has closed, answering any request that still arrives with status 100 (not
+// run: retry elsewhere). So a graceful shutdown never makes a call on an
+// established connection fail with a 35 that says the server may have
+// acted. A peer that ignores the event is closed after
+// [ServerConfig.ShutdownLinger].
 //
 // The server bounds running handlers with [ServerConfig.MaxConcurrent] and
 // answers status 100 at once when full; a request whose budget is spent

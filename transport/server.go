@@ -53,6 +53,16 @@ type ServerConfig struct {
 	// sends a heartbeat; one silent for 3 intervals is closed.
 	// Default 60s.
 	HeartbeatInterval time.Duration
+	// ShutdownLinger is how long Shutdown waits, after the last handler,
+	// for clients to close their connections after the read-only event;
+	// peers that do not understand the event are closed when it runs out.
+	// Meanwhile every request that arrives is answered at once with status
+	// 100, not run. A dabb Pool closes a connection as soon as its last
+	// call is answered, so Shutdown rarely waits this long. A peer that
+	// ignores the event can lose a request it writes after the server's
+	// last read: it sees the connection close with no answer, although
+	// nothing ran. Default 2s.
+	ShutdownLinger time.Duration
 	// Logger receives connection events and handler panics. Nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -104,6 +114,9 @@ func NewServer(h Handler, cfg ServerConfig) *Server {
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = 60 * time.Second
+	}
+	if cfg.ShutdownLinger <= 0 {
+		cfg.ShutdownLinger = 2 * time.Second
 	}
 	s := &Server{
 		h:         h,
@@ -215,10 +228,20 @@ func (s *Server) stop() ([]*serverConn, bool) {
 // Shutdown stops the server gracefully: it closes the listeners, sends the
 // read-only event on every open connection, answers requests arriving from
 // then on with status 100 "server shutting down" (rejected, not run: safe
-// to retry), waits for running handlers to finish and their responses to
-// be written, then closes the connections. If ctx ends first, it cancels
-// the handlers' contexts, closes everything, waits for the handlers to
-// return, and returns ctx.Err().
+// to retry), and waits for running handlers to finish and their responses
+// to be written. It then lingers: it keeps reading (and rejecting) until
+// each client has closed its connection, which a dabb Pool does once its
+// last call on it is answered, for at most ServerConfig.ShutdownLinger,
+// and closes whatever is left. So no request a dabb client sent on a
+// connection being served goes unanswered. A peer that ignores the
+// read-only event is closed when the linger runs out; a request it wrote
+// after the server's last read is lost without an answer (it was not run,
+// but that peer cannot know). So is one sent on a connection still in a
+// listener's accept queue when Shutdown closes the listener: the operating
+// system resets such connections.
+//
+// If ctx ends first, Shutdown cancels the handlers' contexts, closes
+// everything, waits for the handlers to return, and returns ctx.Err().
 func (s *Server) Shutdown(ctx context.Context) error {
 	conns, first := s.stop()
 	// Announce read-only on every connection. A write can block on a full
@@ -264,7 +287,36 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			poll = min(2*poll, 20*time.Millisecond)
 		}
 	}
+	err := s.linger(ctx, conns)
 	s.closeAll()
+	return err
+}
+
+// linger waits until the peers closed conns, or ShutdownLinger has passed
+// (nil), or ctx is done (its error). Each connection's done channel closes
+// when its reader sees the peer go, and the connection is forgotten then.
+func (s *Server) linger(ctx context.Context, conns []*serverConn) error {
+	t := time.NewTimer(s.cfg.ShutdownLinger)
+	defer t.Stop()
+	for i, sc := range conns {
+		select {
+		case <-sc.done:
+		case <-t.C:
+			open := 0
+			for _, sc := range conns[i:] {
+				select {
+				case <-sc.done:
+				default:
+					open++
+				}
+			}
+			s.log.Info("transport: shutdown linger over; closing connections whose peers did not close them",
+				"connections", open, "linger", s.cfg.ShutdownLinger)
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return nil
 }
 
@@ -306,6 +358,7 @@ type serverConn struct {
 	nextID atomic.Uint64 // ids of the events this side sends
 	live   liveness
 	reply  protocol.Message // scratch for the reader's own answers
+	done   chan struct{}    // closed by close
 
 	mu     sync.Mutex // guards the fields below
 	closed bool
@@ -313,7 +366,7 @@ type serverConn struct {
 }
 
 func newServerConn(s *Server, nc net.Conn) *serverConn {
-	sc := &serverConn{s: s, nc: nc}
+	sc := &serverConn{s: s, nc: nc, done: make(chan struct{})}
 	sc.w.init(nc, func(err error) {
 		s.log.Debug("transport: write failed; closing connection", "remote", nc.RemoteAddr(), "err", err)
 		sc.close()
@@ -336,6 +389,7 @@ func (sc *serverConn) close() {
 	sc.w.fail(ErrServerClosed)
 	_ = sc.nc.Close()
 	sc.s.forget(sc)
+	close(sc.done)
 }
 
 // tick runs once per heartbeat interval (see clientConn.tick).

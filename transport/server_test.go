@@ -330,7 +330,8 @@ func TestBudget(t *testing.T) {
 }
 
 func TestShutdownUnderLoad(t *testing.T) {
-	bs := startBlockingServer(t, ServerConfig{})
+	const linger = time.Minute // a test that waits it out fails on testCtx first
+	bs := startBlockingServer(t, ServerConfig{ShutdownLinger: linger})
 	readOnly := make(chan string, 4)
 	p := newPool(t, Config{OnReadOnly: func(a string) { readOnly <- a }})
 
@@ -394,6 +395,9 @@ func TestShutdownUnderLoad(t *testing.T) {
 	if bs.ran.Load() != ranBefore {
 		t.Errorf("a request arriving during shutdown ran")
 	}
+	// Done with it: the raw client closes, as a dabb Pool would, which
+	// ends the server's linger on this connection.
+	_ = raw.Close()
 
 	select {
 	case err := <-shutdown:
@@ -406,8 +410,13 @@ func TestShutdownUnderLoad(t *testing.T) {
 			t.Errorf("in-flight call: %v", err)
 		}
 	}
+	released := time.Now()
 	if err := waitFor(t, shutdown, "Shutdown"); err != nil {
 		t.Errorf("Shutdown: %v", err)
+	}
+	// Every peer closed its connection: no linger to wait out.
+	if d := time.Since(released); d > linger/10 {
+		t.Errorf("Shutdown returned %v after the handlers finished; every peer had closed", d)
 	}
 	if err := waitFor(t, bs.served, "Serve to return"); !errors.Is(err, ErrServerClosed) {
 		t.Errorf("Serve returned %v, want ErrServerClosed", err)

@@ -1,0 +1,412 @@
+package transport
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+// longLinger is a ShutdownLinger no test waits out: a Shutdown that would
+// have to fails on its testCtx (10s) first.
+const longLinger = time.Minute
+
+// watchListener reports on the server's side of its connections: accepts
+// receives n each time Accept is entered after n connections were accepted
+// (Serve tracks a connection before it calls Accept again, so n connections
+// are being served), and peerGone receives once per connection whose Read
+// failed with anything but the server's own close: the peer closed it.
+type watchListener struct {
+	net.Listener
+	accepted atomic.Int32
+	accepts  chan int32
+	peerGone chan net.Addr
+}
+
+func newWatchListener(t *testing.T) *watchListener {
+	return &watchListener{Listener: listen(t), accepts: make(chan int32, 100), peerGone: make(chan net.Addr, 100)}
+}
+
+func (l *watchListener) Accept() (net.Conn, error) {
+	select {
+	case l.accepts <- l.accepted.Load():
+	default:
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.accepted.Add(1)
+	return &watchConn{Conn: c, l: l}, nil
+}
+
+// waitServing waits until n connections are being served.
+func (l *watchListener) waitServing(t *testing.T, n int32) {
+	t.Helper()
+	for waitFor(t, l.accepts, fmt.Sprintf("the server to serve %d connections", n)) < n {
+	}
+}
+
+type watchConn struct {
+	net.Conn
+	l    *watchListener
+	once sync.Once
+}
+
+func (c *watchConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		c.once.Do(func() { c.l.peerGone <- c.RemoteAddr() })
+	}
+	return n, err
+}
+
+// serveRaw dials addr and waits until the server serves the connection (a
+// heartbeat was answered), so a Shutdown started afterwards sees it.
+func serveRaw(t *testing.T, addr string) (net.Conn, *protocol.Reader) {
+	t.Helper()
+	c := dialRaw(t, addr)
+	rd := protocol.NewReader(bufio.NewReader(c), 0)
+	if _, err := c.Write(protocol.AppendHeartbeat(nil, 1)); err != nil {
+		t.Fatalf("write heartbeat: %v", err)
+	}
+	if m := readResponse(t, rd, c); !m.IsHeartbeatResponse() || m.Header.ID() != 1 {
+		t.Fatalf("got flags %#x, want the heartbeat response", byte(m.Header.Flags()))
+	}
+	return c, rd
+}
+
+func startShutdown(t *testing.T, srv *Server) <-chan error {
+	t.Helper()
+	ctx := testCtx(t)
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(ctx) }()
+	return done
+}
+
+// TestShutdownAnswersRequestsAfterReadOnly is the regression test for a
+// request written after the read-only event arrived: the server used to
+// close the connection with the request unread, and the client reported
+// status 35 ("may have acted") for a request that never ran. Now the
+// server keeps reading until the client closes, and answers 100.
+func TestShutdownAnswersRequestsAfterReadOnly(t *testing.T) {
+	oneFrame := func(id uint64) []byte {
+		req := newRequest(fmt.Sprint("late-", id))
+		req.Header.SetID(id)
+		return protocol.AppendMessage(nil, req)
+	}
+	tests := []struct {
+		name   string
+		ids    []uint64
+		writes func(ids []uint64) [][]byte // what the client writes, in order
+	}{
+		{"one request", []uint64{11}, func(ids []uint64) [][]byte {
+			return [][]byte{oneFrame(ids[0])}
+		}},
+		{"three requests in one write", []uint64{21, 22, 23}, func(ids []uint64) [][]byte {
+			var b []byte
+			for _, id := range ids {
+				b = append(b, oneFrame(id)...)
+			}
+			return [][]byte{b}
+		}},
+		{"a request split across writes", []uint64{31}, func(ids []uint64) [][]byte {
+			f := oneFrame(ids[0])
+			return [][]byte{f[:10], f[10:20], f[20:]}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var ran atomic.Int32
+			ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+				ran.Add(1)
+				echo(ctx, req, resp)
+			}), ServerConfig{ShutdownLinger: longLinger})
+			c, rd := serveRaw(t, ts.addr)
+			shutdown := startShutdown(t, ts.srv)
+
+			if ev := readResponse(t, rd, c); !ev.IsReadOnly() {
+				t.Fatalf("got flags %#x, want the read-only event", byte(ev.Header.Flags()))
+			}
+			// No handler runs: without the linger, Shutdown would close the
+			// connection now, with these requests unread.
+			for _, b := range tc.writes(tc.ids) {
+				if _, err := c.Write(b); err != nil {
+					t.Fatalf("write after the read-only event: %v", err)
+				}
+			}
+			for _, id := range tc.ids {
+				m := readResponse(t, rd, c)
+				if m.Header.ID() != id || m.Header.Status() != protocol.StatusServerThreadpoolExhausted ||
+					string(m.Payload) != string(msgShuttingDown) {
+					t.Fatalf("got id %d status %d %q, want id %d status 100 %q",
+						m.Header.ID(), m.Header.Status(), m.Payload, id, msgShuttingDown)
+				}
+			}
+			if n := ran.Load(); n != 0 {
+				t.Errorf("%d requests sent after the read-only event ran", n)
+			}
+			select {
+			case err := <-shutdown:
+				t.Fatalf("Shutdown returned %v while the client kept its connection open", err)
+			default:
+			}
+			closed := time.Now()
+			_ = c.Close()
+			if err := waitFor(t, shutdown, "Shutdown after the client closed"); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			if d := time.Since(closed); d > longLinger/10 {
+				t.Errorf("Shutdown returned %v after the last client closed", d)
+			}
+		})
+	}
+}
+
+// TestShutdownLingerCap checks that a peer which ignores the read-only event
+// and keeps its connection open is closed once ShutdownLinger has passed.
+func TestShutdownLingerCap(t *testing.T) {
+	const linger = 200 * time.Millisecond
+	ts := startServer(t, echo, ServerConfig{ShutdownLinger: linger})
+	c, _ := serveRaw(t, ts.addr)
+	read := make(chan []byte, 1)
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+		b, err := io.ReadAll(c) // until the server closes
+		if err != nil {
+			t.Errorf("read until the server closes: %v", err)
+		}
+		read <- b
+	}()
+
+	start := time.Now()
+	if err := ts.srv.Shutdown(testCtx(t)); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if d := time.Since(start); d < linger || d > linger+5*time.Second {
+		t.Errorf("Shutdown took %v, want about the %v linger", d, linger)
+	}
+	got := waitFor(t, read, "the server to close the connection")
+	if want := protocol.AppendReadOnly(nil, 1)[:3]; !bytes.HasPrefix(got, want) {
+		t.Errorf("the server sent % x before closing, want the read-only event (% x...)", got, want)
+	}
+}
+
+// TestShutdownPoolsCloseConnections checks the client's side: a Pool closes
+// a connection that got the read-only event once no call is pending on it
+// (at once when idle, after the last answer when busy), so Shutdown returns
+// as soon as its handlers are done, without waiting out the linger.
+func TestShutdownPoolsCloseConnections(t *testing.T) {
+	const pools, connsPerPool = 2, 2
+	tests := []struct {
+		name string
+		busy bool // one call per pool is running when Shutdown starts
+	}{
+		{"idle", false},
+		{"busy", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newWatchListener(t)
+			entered, release := make(chan struct{}, pools), make(chan struct{})
+			ts := startServerOn(t, l, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+				if string(req.Payload) == "block" {
+					entered <- struct{}{}
+					select {
+					case <-release:
+					case <-ctx.Done():
+					}
+				}
+				echo(ctx, req, resp)
+			}), ServerConfig{ShutdownLinger: longLinger})
+			readOnly := make(chan string, pools*connsPerPool)
+			ps := make([]*Pool, pools)
+			for i := range ps {
+				ps[i] = newPool(t, Config{ConnsPerAddr: connsPerPool, OnReadOnly: func(a string) { readOnly <- a }})
+				// Two calls start a dial for each slot.
+				for range connsPerPool {
+					resp, err := ps[i].RoundTrip(testCtx(t), ts.addr, newRequest("warm"))
+					if err != nil {
+						t.Fatalf("warm-up: %v", err)
+					}
+					ps[i].Release(resp)
+				}
+			}
+			l.waitServing(t, pools*connsPerPool)
+
+			calls := make(chan error, pools)
+			if tc.busy {
+				ctx := testCtx(t)
+				for _, p := range ps {
+					go func() {
+						resp, err := p.RoundTrip(ctx, ts.addr, newRequest("block"))
+						if err == nil {
+							p.Release(resp)
+						}
+						calls <- err
+					}()
+				}
+				for range pools {
+					waitFor(t, entered, "the blocking handlers")
+				}
+			}
+			shutdown := startShutdown(t, ts.srv)
+			for range pools {
+				waitFor(t, readOnly, "OnReadOnly")
+			}
+			if tc.busy {
+				for i, p := range ps {
+					if n := p.pendingLen(ts.addr); n != 1 {
+						t.Errorf("pool %d: %d calls pending on read-only connections, want 1", i, n)
+					}
+				}
+				close(release)
+				for range pools {
+					// Had the client closed with the call pending, it would
+					// get status 35 here.
+					if err := waitFor(t, calls, "the blocked calls"); err != nil {
+						t.Errorf("call in flight across Shutdown: %v", err)
+					}
+				}
+			}
+			released := time.Now()
+			for range pools * connsPerPool {
+				waitFor(t, l.peerGone, "a Pool to close its read-only connection")
+			}
+			if err := waitFor(t, shutdown, "Shutdown"); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			if d := time.Since(released); d > longLinger/10 {
+				t.Errorf("Shutdown returned %v after the last call; the Pools had closed every connection", d)
+			}
+			for i, p := range ps {
+				if !p.ReadOnly(ts.addr) {
+					t.Errorf("pool %d: ReadOnly = false after the event", i)
+				}
+				e := (*p.eps.Load())[ts.addr]
+				for j := range e.slots {
+					if c := e.slots[j].Load(); c != nil && !c.dead.Load() {
+						t.Errorf("pool %d: connection %d to the read-only address is still open", i, j)
+					}
+				}
+			}
+			if !tc.busy {
+				close(release)
+			}
+		})
+	}
+}
+
+// TestShutdownCallsNeverAmbiguous runs calls in a tight loop across
+// Shutdown, several rounds: every call must succeed, be rejected by the
+// server with 100 (not run), or fail locally with 35 wrapping ErrNotSent
+// (never sent). A 35 without ErrNotSent ("the server may have acted") for a
+// call the server never ran is the bug this guards against. With instant
+// handlers nothing holds Shutdown back once the read-only event is out,
+// which is when a close that does not wait for the clients loses requests.
+func TestShutdownCallsNeverAmbiguous(t *testing.T) {
+	const callers = 16
+	rounds := []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 0, 0, 0, 0}
+	for round, cost := range rounds {
+		t.Run(fmt.Sprintf("round-%d-handler-%v", round, cost), func(t *testing.T) {
+			l := newWatchListener(t)
+			// busy closes once a few waves of calls reached the handler.
+			var entered atomic.Int32
+			busy := make(chan struct{})
+			ts := startServerOn(t, l, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+				if entered.Add(1) == 3*callers {
+					close(busy)
+				}
+				if cost > 0 {
+					work := time.NewTimer(cost) // what a call costs
+					defer work.Stop()
+					select {
+					case <-work.C:
+					case <-ctx.Done():
+					}
+				}
+				echo(ctx, req, resp)
+			}), ServerConfig{ShutdownLinger: longLinger})
+			p := newPool(t, Config{ConnsPerAddr: 2})
+			ctx := testCtx(t)
+			for range 2 { // start a dial for each slot
+				resp, err := p.RoundTrip(ctx, ts.addr, newRequest("warm"))
+				if err != nil {
+					t.Fatalf("warm-up: %v", err)
+				}
+				p.Release(resp)
+			}
+			l.waitServing(t, 2)
+
+			var ok, rejected, notSentN, bad atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			errs := make(chan error, callers)
+			for g := range callers {
+				wg.Go(func() {
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						want := fmt.Sprintf("call-%d-%d", g, i)
+						resp, err := p.RoundTrip(ctx, ts.addr, newRequest(want))
+						var pe *protocol.Error
+						switch {
+						case err == nil:
+							got := string(resp.Payload)
+							p.Release(resp)
+							if got != want {
+								bad.Add(1)
+								errs <- fmt.Errorf("call %s got %q", want, got)
+								return
+							}
+							ok.Add(1)
+						case errors.As(err, &pe) && pe.Remote && pe.Status == protocol.StatusServerThreadpoolExhausted:
+							rejected.Add(1)
+						case errors.As(err, &pe) && !pe.Remote && pe.Status == protocol.StatusChannelInactive &&
+							errors.Is(err, ErrNotSent):
+							notSentN.Add(1)
+						default:
+							bad.Add(1)
+							errs <- fmt.Errorf("call %s: %w", want, err)
+							return
+						}
+					}
+				})
+			}
+			waitFor(t, busy, "the calls to reach the handler")
+			if ok.Load() == 0 {
+				t.Errorf("no call succeeded before Shutdown")
+			}
+			start := time.Now()
+			if err := ts.srv.Shutdown(ctx); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			if d := time.Since(start); d > longLinger/10 {
+				t.Errorf("Shutdown took %v with only Pools as peers", d)
+			}
+			close(stop)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			t.Logf("ok %d, rejected with 100 %d, not sent %d, ambiguous %d",
+				ok.Load(), rejected.Load(), notSentN.Load(), bad.Load())
+			if bad.Load() != 0 {
+				t.Errorf("%d calls failed in a way that says the server may have acted", bad.Load())
+			}
+		})
+	}
+}
