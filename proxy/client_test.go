@@ -316,3 +316,41 @@ func TestBadReply(t *testing.T) {
 		t.Fatalf("message %q does not name the method", pe.Msg)
 	}
 }
+
+// countingRegistry counts Watch calls.
+type countingRegistry struct {
+	registry.Registry
+	watches atomic.Int64
+}
+
+func (r *countingRegistry) Watch(ctx context.Context, service string) (registry.Watcher, error) {
+	r.watches.Add(1)
+	return r.Registry.Watch(ctx, service)
+}
+
+func TestOneWatchPerService(t *testing.T) {
+	s := &seen{}
+	addr := serve(t, s, 0, transport.ServerConfig{})
+	reg := &countingRegistry{Registry: static.New(registry.Instance{Service: service, ID: addr, Addr: addr})}
+	c := proxy.NewClient(reg, proxy.WithLogger(quiet))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 250 {
+				if _, err := invoke(ctx, c); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := reg.watches.Load(); n != 1 {
+		t.Fatalf("2000 calls started %d watches, want 1", n)
+	}
+}
