@@ -38,6 +38,7 @@ import (
 	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/registry"
 	_ "github.com/dabbrpc/dabb/registry/etcd"
+	_ "github.com/dabbrpc/dabb/registry/static"
 	_ "github.com/dabbrpc/dabb/registry/zk"
 )
 

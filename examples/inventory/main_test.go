@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net"
+	"sync"
 	"strings"
 	"testing"
 	"time"
@@ -38,4 +40,65 @@ func TestDemo(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}
 	}
+}
+
+// TestServerAndClientModes runs the two-terminal form: a server alone, and
+// a client that finds it through a static registry.
+func TestServerAndClientModes(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srvCtx, stopServer := context.WithCancel(ctx)
+	var srvOut syncBuilder
+	done := make(chan error, 1)
+	go func() { done <- runServer(srvCtx, &srvOut, config{addr: addr}) }()
+
+	var out strings.Builder
+	cfg := config{registry: "static://" + addr, calls: 500, workers: 8}
+	var cerr error
+	for range 100 { // the server may not listen yet
+		out.Reset()
+		if cerr = runClient(ctx, &out, cfg); cerr == nil || !strings.Contains(cerr.Error(), "connect") && !strings.Contains(out.String(), "refused") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if cerr != nil {
+		t.Fatalf("client: %v\n%s", cerr, out.String())
+	}
+	if !strings.Contains(out.String(), "0 failed") {
+		t.Errorf("client summary: %s", out.String())
+	}
+	stopServer()
+	if err := <-done; err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	if !strings.Contains(srvOut.String(), "stopped: served 5") {
+		t.Errorf("server summary: %s", srvOut.String())
+	}
+}
+
+// syncBuilder is a strings.Builder safe for a writer and a reader in two
+// goroutines.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
