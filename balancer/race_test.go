@@ -1,0 +1,5 @@
+//go:build race
+
+package balancer
+
+const raceEnabled = true
