@@ -7,13 +7,21 @@ import (
 	gproto "google.golang.org/protobuf/proto"
 
 	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	"github.com/dabbrpc/dabb/proxy"
 )
 
-// BenchmarkCall is one small call through proxy.Client, over loopback, to a
-// dabb.Server in the same process: its allocs/op count the client and the
-// server together. Compare with BenchmarkCodecFloor, what the protobuf codec
-// alone allocates for the same two messages.
-func BenchmarkCall(b *testing.B) {
+// BenchmarkCall is one small call of an idempotent method through
+// proxy.Client, over loopback, to a dabb.Server in the same process: its
+// allocs/op count the client and the server together. Compare with
+// BenchmarkCodecFloor, what the protobuf codec alone allocates for the
+// same two messages. BenchmarkCallWithKey is the same call for a method
+// that is not idempotent, which carries an idempotency key.
+func BenchmarkCall(b *testing.B) { benchmarkCall(b, proxy.Idempotent()) }
+
+// BenchmarkCallWithKey: see BenchmarkCall.
+func BenchmarkCallWithKey(b *testing.B) { benchmarkCall(b) }
+
+func benchmarkCall(b *testing.B, opts ...proxy.CallOption) {
 	for _, par := range []struct {
 		name string
 		n    int
@@ -22,13 +30,13 @@ func BenchmarkCall(b *testing.B) {
 			_, addr := startServer(b, newProbe())
 			c := newClient(b, addr)
 			ctx := context.Background()
-			if _, err := call(ctx, c, "echo"); err != nil {
+			if _, err := call(ctx, c, "echo", opts...); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			if par.n == 0 {
 				for b.Loop() {
-					if _, err := call(ctx, c, "echo"); err != nil {
+					if _, err := call(ctx, c, "echo", opts...); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -37,7 +45,7 @@ func BenchmarkCall(b *testing.B) {
 			b.SetParallelism(par.n)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if _, err := call(ctx, c, "echo"); err != nil {
+					if _, err := call(ctx, c, "echo", opts...); err != nil {
 						b.Error(err)
 						return
 					}

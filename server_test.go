@@ -219,12 +219,25 @@ func TestIdempotencyKeyReachesHandler(t *testing.T) {
 	if reply.GetSku() != "order-7" || reply.GetCount() != 2 {
 		t.Fatalf("handler saw key %q and %d attachments, want order-7 and 2", reply.GetSku(), reply.GetCount())
 	}
-	reply, err = call(ctx, c, "key")
+	// An idempotent call without attachments sends none.
+	reply, err = call(ctx, c, "key", proxy.Idempotent())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if reply.GetSku() != "" || reply.GetCount() != 0 {
-		t.Fatalf("call without attachments: handler saw key %q and %d attachments", reply.GetSku(), reply.GetCount())
+		t.Fatalf("idempotent call without attachments: handler saw key %q and %d attachments", reply.GetSku(), reply.GetCount())
+	}
+	// A call that is not idempotent gets a fresh key from the client.
+	keys := map[string]bool{}
+	for range 3 {
+		reply, err = call(ctx, c, "key")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.GetSku() == "" || keys[reply.GetSku()] {
+			t.Fatalf("non-idempotent call: key %q (seen before: %v)", reply.GetSku(), keys[reply.GetSku()])
+		}
+		keys[reply.GetSku()] = true
 	}
 }
 

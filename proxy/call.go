@@ -33,11 +33,19 @@ type Call struct {
 	// Attachments travel with every attempt (trace ids, auth, the
 	// idempotency key). Middlewares may add to it; nil when empty.
 	Attachments map[string]string
-	// Addr is the instance chosen for the current attempt; set by the
-	// balancing stage, read by the transport stage.
-	Addr string
+	// HashKey routes the call with the consistent hash balancer: calls
+	// with equal keys go to the same instance.
+	HashKey string
+	// FailFast forbids retries: the first failure is returned.
+	FailFast bool
+	// Addr and Attempt are the instance and the number (from 1) of the
+	// current attempt; set for each attempt after the middlewares ran,
+	// so a middleware sees the last attempt's once next returns.
+	Addr    string
+	Attempt int
 
 	codec codec.Codec
+	tried [maxTried]string // instances this call attempted, for retries
 }
 
 // SetAttachment adds a key/value pair to the call's attachments.
@@ -100,6 +108,20 @@ func Attachment(key, value string) CallOption { return attachmentOption{key, val
 func IdempotencyKey(key string) CallOption {
 	return attachmentOption{protocol.AttachIdempotencyKey, key}
 }
+
+type hashKeyOption string
+
+func (k hashKeyOption) apply(c *Call) { c.HashKey = string(k) }
+
+// HashKey sets the key the consistent hash balancer routes the call by.
+func HashKey(key string) CallOption { return hashKeyOption(key) }
+
+type failFastOption struct{}
+
+func (failFastOption) apply(c *Call) { c.FailFast = true }
+
+// FailFast makes the call fail on its first error, without retries.
+func FailFast() CallOption { return failFastOption{} }
 
 type callOptionsKey struct{}
 

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/dabbrpc/dabb/balancer"
 	"github.com/dabbrpc/dabb/codec"
 	_ "github.com/dabbrpc/dabb/codec/proto" // the default codec
 	"github.com/dabbrpc/dabb/protocol"
@@ -48,13 +51,19 @@ var (
 type Option func(*options)
 
 type options struct {
-	codec      string
-	timeout    time.Duration
-	methods    map[methodKey]time.Duration
-	middleware []Middleware
-	transport  transport.Config
-	cache      registry.CacheConfig
-	logger     *slog.Logger
+	codec           string
+	timeout         time.Duration
+	methods         map[methodKey]time.Duration
+	middleware      []Middleware
+	transport       transport.Config
+	cache           registry.CacheConfig
+	logger          *slog.Logger
+	balancer        string
+	balancers       map[string]string
+	retry           RetryPolicy
+	breaker         BreakerConfig
+	observer        Observer
+	idempotencyKeys bool
 }
 
 type methodKey struct{ service, method string }
@@ -90,6 +99,38 @@ func WithTransport(cfg transport.Config) Option { return func(o *options) { o.tr
 // protection).
 func WithCache(cfg registry.CacheConfig) Option { return func(o *options) { o.cache = cfg } }
 
+// WithBalancer chooses the load balancer (balancer.P2C by default) for every
+// service, or, with services named, for those only.
+func WithBalancer(name string, services ...string) Option {
+	return func(o *options) {
+		if len(services) == 0 {
+			o.balancer = name
+			return
+		}
+		if o.balancers == nil {
+			o.balancers = map[string]string{}
+		}
+		for _, s := range services {
+			o.balancers[s] = name
+		}
+	}
+}
+
+// WithRetry sets the retry policy (see RetryPolicy for the defaults).
+func WithRetry(p RetryPolicy) Option { return func(o *options) { o.retry = p } }
+
+// WithBreaker configures the per-instance circuit breakers.
+func WithBreaker(cfg BreakerConfig) Option { return func(o *options) { o.breaker = cfg } }
+
+// WithObserver reports every attempt, retry and breaker change to obs (see
+// proxy/prometheus for one that exports Prometheus metrics).
+func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }
+
+// WithoutIdempotencyKeys stops the client from giving each call of a
+// method that is not idempotent a key (the protocol.AttachIdempotencyKey
+// attachment) that every attempt repeats.
+func WithoutIdempotencyKeys() Option { return func(o *options) { o.idempotencyKeys = false } }
+
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
@@ -101,16 +142,23 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 //	inv := inventory.NewInventoryClient(c)
 //	reply, err := inv.Deduct(ctx, &pb.DeductRequest{Sku: "sku-42", Count: 1})
 type Client struct {
-	opts    options
-	codec   codec.Codec
-	codecEr error
-	pool    *transport.Pool
-	cache   *registry.Cache
-	invoke  Invoker
-	next    atomic.Uint64 // round-robin cursor
-	calls   sync.Pool     // *Call
-	reqs    sync.Pool     // *outgoing
-	closed  atomic.Bool
+	opts     options
+	codec    codec.Codec
+	codecEr  error
+	pool     *transport.Pool
+	cache    *registry.Cache
+	breakers *breakers
+	budget   *retryBudget
+	invoke   Invoker
+	calls    sync.Pool // *Call
+	reqs     sync.Pool // *outgoing
+	closed   atomic.Bool
+
+	svcMu    sync.Mutex                               // serialises creation of services
+	services atomic.Pointer[map[string]*serviceState] // copy on write
+
+	keyPrefix string        // random, per client: idempotency keys
+	keySeq    atomic.Uint64 // idempotency key counter
 }
 
 // NewClient returns a client that finds instances through r. It does no
@@ -120,6 +168,7 @@ func NewClient(r registry.Registry, opts ...Option) *Client {
 	c := &Client{}
 	c.opts.codec = "proto"
 	c.opts.timeout = DefaultTimeout
+	c.opts.idempotencyKeys = true
 	for _, o := range opts {
 		o(&c.opts)
 	}
@@ -135,9 +184,15 @@ func NewClient(r registry.Registry, opts ...Option) *Client {
 	c.codec, c.codecEr = codec.ByName(c.opts.codec)
 	c.pool = transport.NewPool(c.opts.transport)
 	c.cache = registry.NewCache(r, c.opts.cache)
+	c.opts.retry = c.opts.retry.withDefaults()
+	c.budget = newRetryBudget(c.opts.retry.BudgetRatio, c.opts.retry.BudgetFloor)
+	c.breakers = newBreakers(c.opts.breaker, c.opts.logger, c.opts.observer)
+	empty := map[string]*serviceState{}
+	c.services.Store(&empty)
+	c.keyPrefix = strconv.FormatUint(rand.Uint64(), 36) + "-"
 	c.calls.New = func() any { return new(Call) }
 	c.reqs.New = func() any { return new(outgoing) }
-	c.invoke = Chain(c.opts.middleware...)(c.failover(c.balance(c.send)))
+	c.invoke = Chain(c.opts.middleware...)(c.run)
 	return c
 }
 
@@ -145,6 +200,9 @@ func NewClient(r registry.Registry, opts ...Option) *Client {
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
+	}
+	for _, st := range *c.services.Load() {
+		st.unsub()
 	}
 	c.cache.Close()
 	return c.pool.Close()
@@ -157,7 +215,9 @@ func (c *Client) Close() error {
 // later.
 func (c *Client) Invoke(ctx context.Context, service, method string, req, resp any, opts ...CallOption) error {
 	call := c.calls.Get().(*Call)
-	*call = Call{Service: service, Method: method, Req: req, Resp: resp, Timeout: c.opts.timeout, codec: c.codec}
+	att := call.Attachments // kept across calls, so attachments cost no map
+	clear(att)
+	*call = Call{Service: service, Method: method, Req: req, Resp: resp, Timeout: c.opts.timeout, Attachments: att, codec: c.codec}
 	for _, o := range opts {
 		o.apply(call)
 	}
@@ -184,7 +244,7 @@ func (c *Client) Invoke(ctx context.Context, service, method string, req, resp a
 	default:
 		err = c.invoke(ctx, call)
 	}
-	*call = Call{}
+	*call = Call{Attachments: call.Attachments}
 	c.calls.Put(call)
 	return err
 }
@@ -195,67 +255,184 @@ func (c *Client) Instances(ctx context.Context, service string) ([]registry.Inst
 	return c.cache.Instances(ctx, service)
 }
 
-// maxAttempts bounds the attempts of one call.
-const maxAttempts = 3
+// serviceState is what the client keeps per service it calls: the
+// balancer, fed by the registry cache.
+type serviceState struct {
+	bal   balancer.Balancer
+	unsub func()
+}
 
-// failover tries another instance when an attempt provably was not acted
-// on: the request never left this process (no connection, the instance is
-// shutting down) or the server rejected it without running it (status
-// 100, which a server also sends while it drains). Whatever the method,
-// that is safe. Every attempt draws on the call's one budget.
-func (c *Client) failover(next Invoker) Invoker {
-	return func(ctx context.Context, call *Call) error {
-		var err error
-		for range maxAttempts {
-			err = next(ctx, call)
-			if err == nil || !notActed(err) || ctx.Err() != nil || time.Until(call.Deadline) < time.Millisecond {
+// service returns the state of a service, creating it on the first call:
+// it loads the instances (the cache's first lookup), builds the balancer
+// and subscribes it to changes.
+func (c *Client) service(ctx context.Context, name string) (*serviceState, error) {
+	if st := (*c.services.Load())[name]; st != nil {
+		return st, nil
+	}
+	if _, err := c.cache.Instances(ctx, name); err != nil {
+		return nil, err
+	}
+	c.svcMu.Lock()
+	defer c.svcMu.Unlock()
+	old := *c.services.Load()
+	if st := old[name]; st != nil {
+		return st, nil
+	}
+	kind := c.opts.balancer
+	if k, ok := c.opts.balancers[name]; ok {
+		kind = k
+	}
+	bal, err := balancer.New(kind, balancer.Config{Available: c.available})
+	if err != nil {
+		return nil, err
+	}
+	unsub, err := c.cache.Subscribe(name, bal.Update)
+	if err != nil {
+		return nil, err
+	}
+	st := &serviceState{bal: bal, unsub: unsub}
+	next := make(map[string]*serviceState, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[name] = st
+	c.services.Store(&next)
+	return st, nil
+}
+
+// available reports whether an instance may take an attempt: it did not
+// announce shutdown and its breaker is not open.
+func (c *Client) available(in *registry.Instance) bool {
+	return !c.pool.ReadOnly(in.Addr) && !c.breakers.open(in.Addr)
+}
+
+// run is the last stage of the middleware chain: it makes the call's
+// attempts, each on an instance the balancer picks, retrying as the
+// RetryPolicy allows within the call's one budget.
+func (c *Client) run(ctx context.Context, call *Call) error {
+	st, err := c.service(ctx, call.Service)
+	if err != nil {
+		return &protocol.Error{Status: protocol.StatusChannelInactive,
+			Msg: "resolve " + call.Service, Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}
+	}
+	c.budget.call()
+	if !call.Idempotent && c.opts.idempotencyKeys {
+		if _, ok := call.Attachments[protocol.AttachIdempotencyKey]; !ok {
+			call.SetAttachment(protocol.AttachIdempotencyKey, c.newKey())
+		}
+	}
+	policy := &c.opts.retry
+	tried := &call.tried
+	ntried := 0
+	for attempt := 1; ; attempt++ {
+		var in registry.Instance
+		var done balancer.Done
+		var perr error
+		if ntried == 0 {
+			in, done, perr = st.bal.Pick(ctx, call.HashKey)
+		} else {
+			in, done, perr = st.bal.PickExcept(ctx, call.HashKey, tried[:ntried])
+			if perr != nil && errors.Is(perr, balancer.ErrNoInstance) {
+				in, done, perr = st.bal.Pick(ctx, call.HashKey) // all tried: any usable one again
+			}
+		}
+		if perr != nil {
+			if err != nil {
+				return err // the last attempt's error says more than "no instance"
+			}
+			return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "no instance of " + call.Service,
+				Err: fmt.Errorf("%w: %w", transport.ErrNotSent, perr)}
+		}
+		if ntried < maxTried {
+			tried[ntried] = in.Addr
+			ntried++
+		}
+		call.Addr = in.Addr
+		call.Attempt = attempt
+		err = c.attempt(ctx, call, done)
+		if err == nil {
+			return nil
+		}
+		if !c.retryable(ctx, call, err, attempt, policy) {
+			return err
+		}
+		if pause := policy.backoff(attempt); pause > 0 {
+			if time.Until(call.Deadline) <= pause+time.Millisecond {
+				return err
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
 				return err
 			}
 		}
-		return err
+		if c.opts.observer != nil {
+			c.opts.observer.Retried(call.Service, call.Method, protocol.StatusOf(err))
+		}
 	}
 }
 
-// notActed reports whether err proves the server did not act on the call.
-func notActed(err error) bool {
-	var pe *protocol.Error
-	if !errors.As(err, &pe) {
+// maxTried bounds the addresses a call remembers to avoid on retries.
+const maxTried = 8
+
+// retryable decides whether a failed attempt is tried again.
+func (c *Client) retryable(ctx context.Context, call *Call, err error, attempt int, p *RetryPolicy) bool {
+	if call.FailFast || attempt >= p.MaxAttempts || ctx.Err() != nil || time.Until(call.Deadline) < time.Millisecond {
 		return false
 	}
-	switch {
-	case pe.Remote:
-		return pe.Status == protocol.StatusServerThreadpoolExhausted
-	case pe.Status == protocol.StatusChannelInactive:
-		return errors.Is(err, transport.ErrNotSent)
+	switch classify(err) {
+	case notActed:
+	case unknown:
+		if !call.Idempotent {
+			return false
+		}
+	default:
+		return false
 	}
-	return false
+	return c.budget.withdraw()
 }
 
-// balance is the resolve-and-pick stage: it reads the service's instances
-// from the cache (memory only after the first call) and chooses one for
-// the attempt, skipping instances that announced they are shutting down.
-func (c *Client) balance(next Invoker) Invoker {
-	return func(ctx context.Context, call *Call) error {
-		ins, err := c.cache.Instances(ctx, call.Service)
-		if err != nil {
-			return &protocol.Error{Status: protocol.StatusChannelInactive,
-				Msg: "resolve " + call.Service, Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}
+// attempt sends one attempt to call.Addr through its breaker and reports
+// the outcome to the balancer.
+func (c *Client) attempt(ctx context.Context, call *Call, done balancer.Done) error {
+	start := time.Now()
+	var err error
+	if c.breakers.cfg.Disabled {
+		err = c.send(ctx, call)
+	} else {
+		var berr error
+		ran := false
+		_, berr = c.breakers.get(call.Addr).cb.Execute(func() (struct{}, error) {
+			ran = true
+			err = c.send(ctx, call)
+			return struct{}{}, err
+		})
+		if !ran {
+			done(0, nil)
+			return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: call.Addr,
+				Err: fmt.Errorf("%w: %w: %w", transport.ErrNotSent, errBreakerOpen, berr)}
 		}
-		n := len(ins)
-		start := int(c.next.Add(1) % uint64(max(n, 1)))
-		for i := range n {
-			in := &ins[(start+i)%n]
-			if !c.pool.ReadOnly(in.Addr) {
-				call.Addr = in.Addr
-				return next(ctx, call)
-			}
-		}
-		msg := "no instance of " + call.Service
-		if n > 0 {
-			msg = "every instance of " + call.Service + " is shutting down"
-		}
-		return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: msg, Err: transport.ErrNotSent}
 	}
+	latency := time.Since(start)
+	if instanceFailure(err) {
+		done(latency, err)
+	} else {
+		done(latency, nil)
+	}
+	if c.opts.observer != nil {
+		c.opts.observer.Attempted(call.Service, call.Method, call.Addr, protocol.StatusOf(err), latency)
+	}
+	return err
+}
+
+// newKey returns a fresh idempotency key: this client's random prefix and
+// a counter.
+func (c *Client) newKey() string {
+	var b [40]byte
+	n := copy(b[:], c.keyPrefix)
+	return string(strconv.AppendUint(b[:n], c.keySeq.Add(1), 36))
 }
 
 // outgoing holds a pooled request message and its payload buffer.
@@ -268,6 +445,9 @@ type outgoing struct {
 // with what remains of the budget, and decodes the reply.
 func (c *Client) send(ctx context.Context, call *Call) error {
 	budget := time.Until(call.Deadline)
+	if pt := c.opts.retry.PerTryTimeout; pt > 0 && call.Idempotent && pt < budget {
+		budget = pt
+	}
 	if budget < time.Millisecond {
 		return &protocol.Error{Status: protocol.StatusClientTimeout,
 			Msg: "budget spent before sending " + call.Service + "." + call.Method, Err: transport.ErrNotSent}

@@ -37,6 +37,7 @@ type seen struct {
 	budget      time.Duration
 	attachments map[string]string
 	runs        atomic.Int64
+	healed      atomic.Bool // a failing server answers OK from now on
 }
 
 // serve starts a transport server whose handler records the request and
@@ -59,11 +60,17 @@ func serve(t *testing.T, s *seen, status protocol.Status, cfg transport.ServerCo
 		if status == protocol.StatusServerThreadpoolExhausted {
 			<-block // hold the only slot so the next request is rejected
 		}
+		if status == stall {
+			select {
+			case <-block:
+			case <-time.After(2 * time.Second):
+			}
+		}
 		if status == garbage {
 			resp.Payload = append(resp.Payload[:0], 0xff, 0xff, 0xff)
 			return
 		}
-		if status != 0 && status != protocol.StatusServerThreadpoolExhausted {
+		if status != 0 && status != protocol.StatusServerThreadpoolExhausted && !s.healed.Load() {
 			resp.Header.SetStatus(status)
 			resp.Payload = append(resp.Payload[:0], "test failure"...)
 			return
@@ -221,13 +228,13 @@ func TestFailoverWhenOverloaded(t *testing.T) {
 	c := client(t, []string{busyAddr, freeAddr})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	// Occupy busy's only slot: the call blocks there until cleanup.
-	go invoke(ctx, proxy.Caller(c), proxy.Timeout(100*time.Millisecond))
+	// Occupy busy's only slot: a call that lands there blocks its handler
+	// until cleanup (the caller itself gives up after 100ms).
 	for busy.runs.Load() == 0 {
 		if ctx.Err() != nil {
-			t.Fatal("the blocking call never reached the busy server")
+			t.Fatal("no call reached the busy server")
 		}
-		time.Sleep(time.Millisecond)
+		invoke(ctx, c, proxy.Timeout(100*time.Millisecond), proxy.FailFast())
 	}
 	for i := range 6 {
 		got, err := invoke(ctx, c)
@@ -297,9 +304,12 @@ func TestUnavailable(t *testing.T) {
 	})
 }
 
-// garbage is a pseudo status for serve: answer OK with bytes that are not
-// protobuf.
-const garbage protocol.Status = 1
+// Pseudo statuses for serve: garbage answers OK with bytes that are not
+// protobuf; stall answers OK after two seconds.
+const (
+	garbage protocol.Status = 1
+	stall   protocol.Status = 2
+)
 
 func TestBadReply(t *testing.T) {
 	s := &seen{}
@@ -352,5 +362,95 @@ func TestOneWatchPerService(t *testing.T) {
 	wg.Wait()
 	if n := reg.watches.Load(); n != 1 {
 		t.Fatalf("2000 calls started %d watches, want 1", n)
+	}
+}
+
+func TestRetryAfterTimeoutOnlyWhenIdempotent(t *testing.T) {
+	slow, fast := &seen{}, &seen{}
+	slowAddr := serve(t, slow, stall, transport.ServerConfig{})
+	fastAddr := serve(t, fast, 0, transport.ServerConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	// Round robin from a random start: the slow one is first in half the
+	// calls. Every call must succeed for the idempotent method.
+	c := client(t, []string{slowAddr, fastAddr}, proxy.WithBalancer("round_robin"),
+		proxy.WithRetry(proxy.RetryPolicy{PerTryTimeout: 100 * time.Millisecond}),
+		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
+	for i := range 6 {
+		got, err := invoke(ctx, c, proxy.Idempotent(), proxy.Timeout(time.Second))
+		if err != nil {
+			t.Fatalf("idempotent call %d: %v", i, err)
+		}
+		if got != fastAddr {
+			t.Fatalf("idempotent call %d answered by %q", i, got)
+		}
+	}
+	if slow.runs.Load() == 0 {
+		t.Fatal("no call tried the slow instance: the test proves nothing")
+	}
+	// Not idempotent: a timeout after sending is final, and the method ran
+	// once.
+	before := slow.runs.Load() + fast.runs.Load()
+	var timedOut int
+	for range 6 {
+		_, err := invoke(ctx, c, proxy.Timeout(150*time.Millisecond))
+		if err == nil {
+			continue
+		}
+		var pe *protocol.Error
+		if !errors.As(err, &pe) || pe.Status != protocol.StatusServerTimeout || pe.Remote {
+			t.Fatalf("got %v, want a local 31", err)
+		}
+		timedOut++
+	}
+	if timedOut == 0 {
+		t.Fatal("no non-idempotent call hit the slow instance")
+	}
+	if ran := slow.runs.Load() + fast.runs.Load() - before; ran != 6 {
+		t.Fatalf("6 non-idempotent calls ran %d times", ran)
+	}
+}
+
+func TestBreakerOpensAndRecovers(t *testing.T) {
+	bad, good := &seen{}, &seen{}
+	badAddr := serve(t, bad, protocol.StatusServerError, transport.ServerConfig{})
+	goodAddr := serve(t, good, 0, transport.ServerConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c := client(t, []string{badAddr, goodAddr}, proxy.WithBalancer("round_robin"),
+		proxy.WithBreaker(proxy.BreakerConfig{ConsecutiveFailures: 3, OpenTimeout: 300 * time.Millisecond}))
+	for c.BreakerState(badAddr) != "open" {
+		if ctx.Err() != nil {
+			t.Fatal("the breaker of the failing instance never opened")
+		}
+		invoke(ctx, c, proxy.FailFast())
+	}
+	if n := bad.runs.Load(); n != 3 {
+		t.Fatalf("the breaker opened after %d calls, want 3", n)
+	}
+	opened := time.Now()
+	// While open, calls go to the good instance only.
+	for i := range 20 {
+		got, err := invoke(ctx, c)
+		if err != nil || got != goodAddr {
+			t.Fatalf("call %d while open: %q, %v", i, got, err)
+		}
+	}
+	if n := bad.runs.Load(); n != 3 && time.Since(opened) < 300*time.Millisecond {
+		t.Fatalf("the open breaker let %d more calls through", n-3)
+	}
+	if c.BreakerState(goodAddr) != "closed" {
+		t.Fatalf("good instance's breaker is %s", c.BreakerState(goodAddr))
+	}
+	// The instance recovers: after the open timeout a probe goes through
+	// and the breaker closes.
+	bad.healed.Store(true)
+	for c.BreakerState(badAddr) != "closed" {
+		if ctx.Err() != nil {
+			t.Fatalf("the breaker did not close after recovery (state %s)", c.BreakerState(badAddr))
+		}
+		if _, err := invoke(ctx, c); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -1,0 +1,193 @@
+package proxy
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/dabbrpc/dabb/protocol"
+	"github.com/dabbrpc/dabb/transport"
+)
+
+// BreakerConfig configures the circuit breaker each instance gets. The zero
+// value means the defaults.
+//
+// A breaker counts only failures that speak of the instance: connection
+// failures, attempts that timed out after sending, status 80 and 100. A
+// method's own error (70) and a call the caller gave up on do not count.
+// While a breaker is open its instance is left out of balancing; after
+// OpenTimeout it lets HalfOpenProbes calls through, and closes again when
+// they succeed.
+type BreakerConfig struct {
+	// ConsecutiveFailures opens the breaker (default 5).
+	ConsecutiveFailures uint32
+	// FailureRatio, when above zero, also opens it when at least
+	// MinRequests calls were counted in the current Window and this share
+	// of them failed.
+	FailureRatio float64
+	MinRequests  uint32
+	// Window is the period after which a closed breaker forgets its
+	// counts (default 10 s).
+	Window time.Duration
+	// OpenTimeout is how long the breaker stays open before it lets
+	// probes through (default 5 s).
+	OpenTimeout time.Duration
+	// HalfOpenProbes is how many calls may probe a half-open instance at
+	// once (default 1).
+	HalfOpenProbes uint32
+	// Disabled turns breaking off.
+	Disabled bool
+}
+
+func (b BreakerConfig) withDefaults() BreakerConfig {
+	if b.ConsecutiveFailures == 0 {
+		b.ConsecutiveFailures = 5
+	}
+	if b.MinRequests == 0 {
+		b.MinRequests = 20
+	}
+	if b.Window <= 0 {
+		b.Window = 10 * time.Second
+	}
+	if b.OpenTimeout <= 0 {
+		b.OpenTimeout = 5 * time.Second
+	}
+	if b.HalfOpenProbes == 0 {
+		b.HalfOpenProbes = 1
+	}
+	return b
+}
+
+// breakers holds one breaker per instance address.
+type breakers struct {
+	cfg      BreakerConfig
+	log      *slog.Logger
+	observer Observer
+	mu       sync.Mutex                                 // serialises creation
+	m        atomic.Pointer[map[string]*instanceHealth] // copy on write
+}
+
+// instanceHealth is what the client knows of one instance's health.
+type instanceHealth struct {
+	cb *gobreaker.CircuitBreaker[struct{}]
+}
+
+func newBreakers(cfg BreakerConfig, log *slog.Logger, obs Observer) *breakers {
+	b := &breakers{cfg: cfg.withDefaults(), log: log, observer: obs}
+	empty := map[string]*instanceHealth{}
+	b.m.Store(&empty)
+	return b
+}
+
+// get returns the health of addr, creating it on first use.
+func (b *breakers) get(addr string) *instanceHealth {
+	if h := (*b.m.Load())[addr]; h != nil {
+		return h
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := *b.m.Load()
+	if h := old[addr]; h != nil {
+		return h
+	}
+	cfg := b.cfg
+	h := &instanceHealth{cb: gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        addr,
+		MaxRequests: cfg.HalfOpenProbes,
+		Interval:    cfg.Window,
+		Timeout:     cfg.OpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			if c.ConsecutiveFailures >= cfg.ConsecutiveFailures {
+				return true
+			}
+			return cfg.FailureRatio > 0 && c.Requests >= cfg.MinRequests &&
+				float64(c.TotalFailures) >= cfg.FailureRatio*float64(c.Requests)
+		},
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			b.log.Warn("dabb: circuit breaker", "addr", name, "from", from.String(), "to", to.String())
+			if b.observer != nil {
+				b.observer.BreakerChanged(name, from.String(), to.String())
+			}
+		},
+		IsSuccessful: func(err error) bool { return !instanceFailure(err) },
+		IsExcluded:   excludedFromBreaker,
+	})}
+	next := make(map[string]*instanceHealth, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[addr] = h
+	b.m.Store(&next)
+	return h
+}
+
+// open reports whether addr's breaker is open (a half-open breaker is not:
+// it lets probes through).
+func (b *breakers) open(addr string) bool {
+	if b.cfg.Disabled {
+		return false
+	}
+	h := (*b.m.Load())[addr]
+	return h != nil && h.cb.State() == gobreaker.StateOpen
+}
+
+// State returns the breaker state of an instance address as gobreaker
+// names it ("closed", "half-open", "open"); "closed" for an address the
+// client has not called.
+func (c *Client) BreakerState(addr string) string {
+	h := (*c.breakers.m.Load())[addr]
+	if h == nil {
+		return gobreaker.StateClosed.String()
+	}
+	return h.cb.State().String()
+}
+
+// errBreakerOpen is the cause of the error for an attempt a breaker refused.
+var errBreakerOpen = errors.New("proxy: circuit breaker open")
+
+// asError returns err as a *protocol.Error, without allocating for the
+// errors the client makes itself (which are never wrapped).
+func asError(err error) *protocol.Error {
+	if err == nil {
+		return nil
+	}
+	if pe, ok := err.(*protocol.Error); ok {
+		return pe
+	}
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return nil
+}
+
+// instanceFailure reports whether err speaks of the instance's health.
+func instanceFailure(err error) bool {
+	pe := asError(err)
+	if pe == nil {
+		return false
+	}
+	if pe.Remote {
+		return pe.Status == protocol.StatusServerError || pe.Status == protocol.StatusServerThreadpoolExhausted
+	}
+	switch pe.Status {
+	case protocol.StatusChannelInactive, protocol.StatusServerTimeout:
+		return true
+	}
+	return false
+}
+
+// excludedFromBreaker reports errors that say nothing of the instance
+// either way: the caller gave up, or the budget was spent before sending.
+func excludedFromBreaker(err error) bool {
+	pe := asError(err)
+	if pe == nil || pe.Remote {
+		return false
+	}
+	return pe.Status == protocol.StatusClientError ||
+		pe.Status == protocol.StatusClientTimeout && errors.Is(err, transport.ErrNotSent)
+}
