@@ -18,6 +18,7 @@ import (
 	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/dabbrpc/dabb"
+	"github.com/dabbrpc/dabb/balancer"
 	_ "github.com/dabbrpc/dabb/codec/proto"
 	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/protocol"
@@ -135,11 +136,16 @@ func startServer(t testing.TB, p *probe, opts ...dabb.Option) (*dabb.Server, str
 
 func newClient(t testing.TB, addrs ...string) *proxy.Client {
 	t.Helper()
+	return newClientWith(t, nil, addrs...)
+}
+
+func newClientWith(t testing.TB, opts []proxy.Option, addrs ...string) *proxy.Client {
+	t.Helper()
 	var ins []registry.Instance
 	for _, a := range addrs {
 		ins = append(ins, registry.Instance{Service: probeDesc.Name, ID: a, Addr: a})
 	}
-	c := proxy.NewClient(static.New(ins...))
+	c := proxy.NewClient(static.New(ins...), append([]proxy.Option{proxy.WithLogger(quiet)}, opts...)...)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -439,7 +445,9 @@ func TestShutdownUnderLoad(t *testing.T) {
 	p1, p2 := newProbe(), newProbe()
 	s1, a1 := startServer(t, p1)
 	_, a2 := startServer(t, p2)
-	c := newClient(t, a1, a2)
+	// Round robin over two equal instances alternates strictly, so each
+	// gets exactly half of the slow calls.
+	c := newClientWith(t, []proxy.Option{proxy.WithBalancer(balancer.RoundRobin)}, a1, a2)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 

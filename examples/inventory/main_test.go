@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"net"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
