@@ -5,6 +5,10 @@ package protocol
 // heartbeats carry null (0x4e), the read-only event the string "R"
 // (0x01 0x52). Receivers recognise events by the event flag, accept any
 // serialization id on them and ignore a heartbeat's body.
+//
+// The cancel event is dabb's own, built the same way: a one-way event
+// request whose body is the hessian2 string "C" (0x01 0x43). A Dubbo peer
+// takes it for an event it does not know and does nothing with it.
 
 // Hessian2 is the serialization id Dubbo writes on event frames.
 const Hessian2 byte = 2
@@ -12,6 +16,7 @@ const Hessian2 byte = 2
 var (
 	hessianNull      = []byte{0x4e}
 	hessianReadOnlyR = []byte{0x01, 0x52}
+	hessianCancelC   = []byte{0x01, 0x43}
 )
 
 // AppendHeartbeat appends a heartbeat request with the given id: flags
@@ -30,6 +35,14 @@ func AppendHeartbeatResponse(dst []byte, id uint64) []byte {
 // shutting down: a one-way request, flags 0xa2, body 0x01 0x52.
 func AppendReadOnly(dst []byte, id uint64) []byte {
 	return appendEvent(dst, FlagRequest|FlagEvent, 0, id, hessianReadOnlyR)
+}
+
+// AppendCancel appends the cancel event a client sends when its caller
+// gave up on request id after writing it: a one-way request, flags 0xa2,
+// the abandoned request's id, body 0x01 0x43. The server cancels that
+// call's handler context; nothing answers it.
+func AppendCancel(dst []byte, id uint64) []byte {
+	return appendEvent(dst, FlagRequest|FlagEvent, 0, id, hessianCancelC)
 }
 
 func appendEvent(dst []byte, kind Flags, s Status, id uint64, body []byte) []byte {
@@ -58,4 +71,11 @@ func (m *Message) IsHeartbeatResponse() bool {
 func (m *Message) IsReadOnly() bool {
 	f := m.Header.Flags()
 	return f.IsEvent() && f.IsRequest() && !f.IsTwoWay() && string(m.Payload) == string(hessianReadOnlyR)
+}
+
+// IsCancel reports whether m is the cancel event: a one-way event request
+// whose body is the hessian2 string "C". Its id names the abandoned call.
+func (m *Message) IsCancel() bool {
+	f := m.Header.Flags()
+	return f.IsEvent() && f.IsRequest() && !f.IsTwoWay() && string(m.Payload) == string(hessianCancelC)
 }

@@ -2,6 +2,7 @@ package protocol_test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/hex"
 	"os"
 	"strings"
@@ -102,9 +103,9 @@ func TestEventRecognition(t *testing.T) {
 		return append(h[:], body...)
 	}
 	tests := []struct {
-		name                      string
-		frame                     []byte
-		heartbeat, resp, readOnly bool
+		name                              string
+		frame                             []byte
+		heartbeat, resp, readOnly, cancel bool
 	}{
 		// dubbo-go answers a heartbeat with two hessian2 nulls.
 		{name: "dubbo-go heartbeat response", frame: event(0x22, protocol.StatusOK, "\x4e\x4e"), resp: true},
@@ -114,16 +115,117 @@ func TestEventRecognition(t *testing.T) {
 		{name: "one-way event with another body", frame: event(0xa2, 0, "\x4e")},
 		{name: "read-only under protobuf id", frame: event(0xb6, 0, "\x01R"), readOnly: true},
 		{name: "request with read-only body is no event", frame: encode(&protocol.Message{Header: request(3), Payload: []byte("\x01R")})},
+		{name: "cancel", frame: event(0xa2, 0, "\x01C"), cancel: true},
+		{name: "cancel under protobuf id", frame: event(0xb6, 0, "\x01C"), cancel: true},
+		// A two-way event is a heartbeat whatever its body, as in Dubbo.
+		{name: "two-way event with cancel body is a heartbeat", frame: event(0xe2, 0, "\x01C"), heartbeat: true},
+		{name: "response with cancel body is a heartbeat response", frame: event(0x22, protocol.StatusOK, "\x01C"), resp: true},
+		{name: "cancel body with a trailing byte", frame: event(0xa2, 0, "\x01C\x00")},
+		{name: "lower-case c", frame: event(0xa2, 0, "\x01c")},
+		{name: "request with cancel body is no event", frame: encode(&protocol.Message{Header: request(3), Payload: []byte("\x01C")})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var m protocol.Message
 			mustRead(t, reader(tt.frame), &m)
-			if m.IsHeartbeat() != tt.heartbeat || m.IsHeartbeatResponse() != tt.resp || m.IsReadOnly() != tt.readOnly {
-				t.Errorf("IsHeartbeat %v, IsHeartbeatResponse %v, IsReadOnly %v; want %v, %v, %v",
-					m.IsHeartbeat(), m.IsHeartbeatResponse(), m.IsReadOnly(), tt.heartbeat, tt.resp, tt.readOnly)
+			if m.IsHeartbeat() != tt.heartbeat || m.IsHeartbeatResponse() != tt.resp || m.IsReadOnly() != tt.readOnly || m.IsCancel() != tt.cancel {
+				t.Errorf("IsHeartbeat %v, IsHeartbeatResponse %v, IsReadOnly %v, IsCancel %v; want %v, %v, %v, %v",
+					m.IsHeartbeat(), m.IsHeartbeatResponse(), m.IsReadOnly(), m.IsCancel(),
+					tt.heartbeat, tt.resp, tt.readOnly, tt.cancel)
 			}
 		})
+	}
+}
+
+func TestCancelEvent(t *testing.T) {
+	got := protocol.AppendCancel(nil, 0x0102030405060708)
+	want := []byte{
+		0xda, 0xbb, // magic
+		0xa2,                                           // request | event | hessian2; not two-way
+		0x00,                                           // status: 0 in a request
+		0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, // the abandoned call's id
+		0x00, 0x00, 0x00, 0x02, // body length 2
+		0x01, 0x43, // hessian2 string "C"
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("AppendCancel\n got % x\nwant % x", got, want)
+	}
+	var m protocol.Message
+	mustRead(t, reader(got), &m)
+	if !m.IsCancel() || m.IsReadOnly() || m.IsHeartbeat() || m.IsHeartbeatResponse() {
+		t.Errorf("IsCancel %v, IsReadOnly %v, IsHeartbeat %v, IsHeartbeatResponse %v; want only IsCancel",
+			m.IsCancel(), m.IsReadOnly(), m.IsHeartbeat(), m.IsHeartbeatResponse())
+	}
+	if m.Header.ID() != 0x0102030405060708 || m.Header.Flags().IsTwoWay() || m.Header.Flags().Serialization() != protocol.Hessian2 {
+		t.Errorf("header % x", m.Header[:])
+	}
+	if err := m.Err(); err != nil {
+		t.Errorf("Err() = %v on a cancel event", err)
+	}
+	// Encoding the decoded frame gives the same bytes.
+	if again := protocol.AppendMessage(nil, &m); !bytes.Equal(again, got) {
+		t.Errorf("re-encoded % x, want % x", again, got)
+	}
+
+	// The other events are not cancels.
+	for name, frame := range map[string][]byte{
+		"heartbeat":          protocol.AppendHeartbeat(nil, 1),
+		"heartbeat response": protocol.AppendHeartbeatResponse(nil, 1),
+		"read-only":          protocol.AppendReadOnly(nil, 1),
+	} {
+		var m protocol.Message
+		mustRead(t, reader(frame), &m)
+		if m.IsCancel() {
+			t.Errorf("%s: IsCancel() = true", name)
+		}
+	}
+
+	// Appending keeps what dst held.
+	two := protocol.AppendCancel(protocol.AppendCancel([]byte("x"), 1), 2)
+	if string(two[:1]) != "x" || len(two) != 1+2*(protocol.HeaderLen+2) {
+		t.Errorf("AppendCancel did not append: % x", two)
+	}
+}
+
+// TestCancelEventDoc checks the cancel frame shown in docs/protocol.md,
+// marked "<!-- event:cancel -->" (the hex blocks doc_test.go knows are
+// Dubbo's frames and the request examples).
+func TestCancelEventDoc(t *testing.T) {
+	doc, err := os.ReadFile("../docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "<!-- event:cancel -->")
+	if !ok {
+		t.Fatal("docs/protocol.md has no <!-- event:cancel --> block")
+	}
+	lines := strings.Split(rest, "\n")
+	var got []byte
+	in := false
+	for i, line := range lines {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "```") {
+			if in {
+				break
+			}
+			in = true
+			continue
+		}
+		if !in {
+			if line != "" {
+				t.Fatalf("the cancel marker is followed by %q, not a fenced block", line)
+			}
+			continue
+		}
+		text, _, _ := strings.Cut(line, "#")
+		b, err := hex.DecodeString(strings.Join(strings.Fields(text), ""))
+		if err != nil {
+			t.Fatalf("cancel block line %d: %v", i, err)
+		}
+		got = append(got, b...)
+	}
+	if want := protocol.AppendCancel(nil, 5); !bytes.Equal(got, want) {
+		t.Errorf("docs/protocol.md shows\n% x\nAppendCancel(nil, 5) writes\n% x", got, want)
 	}
 }
 

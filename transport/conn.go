@@ -177,14 +177,19 @@ func (c *clientConn) closeIfDrained() {
 
 // abandon takes a call out of the pending table when its caller stops
 // waiting. If the reader or close got there first, the value they sent is
-// received and dropped, so the call can be reused.
-func (c *clientConn) abandon(id uint64, cl *call) {
+// received and dropped, so the call can be reused. With cancel (the
+// request was written), a call still pending when abandoned sends the
+// cancel event, so the server stops working on it.
+func (c *clientConn) abandon(id uint64, cl *call, cancel bool) {
 	c.mu.Lock()
 	if got, ok := c.pending[id]; ok && got == cl {
 		delete(c.pending, id)
 		drained := c.drainedLocked()
 		c.mu.Unlock()
-		if drained {
+		switch {
+		case cancel:
+			c.cancelRemote(id, drained)
+		case drained:
 			c.closeDrained()
 		}
 		return
@@ -193,6 +198,38 @@ func (c *clientConn) abandon(id uint64, cl *call) {
 	if m := <-cl.ch; m != nil {
 		putMessage(m)
 	}
+}
+
+// cancelRemote sends the cancel event for request id, whose caller gave
+// up while the server may still be working on it. It is best effort and
+// never waits on the socket: the frame joins the writer's buffer, and
+// when no other goroutine is flushing, the flush runs on a goroutine of
+// its own (counted by the pool). On a connection that failed it does
+// nothing. closeDrained closes the connection after the frame was written
+// (the last call of a read-only connection); if another goroutine was
+// flushing, the close may overtake the frame.
+func (c *clientConn) cancelRemote(id uint64, closeDrained bool) {
+	flush := c.w.queueEvent(eventCancel, id)
+	if !flush {
+		if closeDrained {
+			c.closeDrained()
+		}
+		return
+	}
+	finish := func() {
+		_ = c.w.flush() // a failed write closes the connection itself
+		if closeDrained {
+			c.closeDrained()
+		}
+	}
+	if !c.ep.p.goTracked() {
+		finish() // the pool is closing; its Close closes c, ending any write
+		return
+	}
+	go func() {
+		defer c.ep.p.wg.Done()
+		finish()
+	}()
 }
 
 // pendingLen returns the size of the pending table (for tests).
@@ -326,7 +363,7 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 	}
 	queued, err := c.write(req, remaining)
 	if err != nil {
-		c.abandon(id, cl)
+		c.abandon(id, cl, false)
 		callPool.Put(cl)
 		return nil, c.writeError(queued, err)
 	}
@@ -355,11 +392,11 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 		if timeout != nil {
 			cl.timer.Stop()
 		}
-		c.abandon(id, cl)
+		c.abandon(id, cl, true)
 		callPool.Put(cl)
 		return nil, ctxErr(ctx.Err(), true)
 	case <-timeout:
-		c.abandon(id, cl)
+		c.abandon(id, cl, true)
 		callPool.Put(cl)
 		return nil, &protocol.Error{Status: protocol.StatusServerTimeout, Msg: "timed out waiting for the response",
 			Err: context.DeadlineExceeded}

@@ -45,6 +45,15 @@
 // acted. A peer that ignores the event is closed after
 // [ServerConfig.ShutdownLinger].
 //
+// Cancellation: when a caller gives up on a two-way call whose request was
+// written (its ctx is cancelled, its budget runs out, another attempt won),
+// the client sends the cancel event for that request id on the same
+// connection, without waiting for the socket. The server cancels that
+// handler's ctx (ctx.Err() is context.Canceled: the caller gave up), does
+// not run the handler if it had not started, and does not write its
+// response. A call that got its response, or whose request never left,
+// sends no cancel; a server that does not know the event ignores it.
+//
 // The server bounds running handlers with [ServerConfig.MaxConcurrent] and
 // answers status 100 at once when full; a request whose budget is spent
 // gets 31 without running; a handler panic becomes 70 for that call only.

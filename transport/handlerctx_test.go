@@ -121,3 +121,72 @@ func TestHandlerCtx(t *testing.T) {
 		}
 	})
 }
+
+func TestHandlerCtxNoDeadline(t *testing.T) {
+	base, closeBase := context.WithCancel(context.Background())
+	defer closeBase()
+	var c handlerCtx
+	c.init(base, time.Time{})
+	defer c.cancel(context.Canceled)
+	if d, ok := c.Deadline(); ok || !d.IsZero() {
+		t.Errorf("Deadline() = %v, %v; want none", d, ok)
+	}
+	if err := c.Err(); err != nil {
+		t.Fatalf("Err() = %v on a fresh context", err)
+	}
+	done := c.Done()
+	if isClosed(done) {
+		t.Fatal("Done closed on a fresh context")
+	}
+	if c.timer != nil {
+		t.Error("a context without deadline armed a timer")
+	}
+	c.cancel(context.Canceled) // what the client's cancel event does
+	waitFor(t, done, "the cancel")
+	if !errors.Is(c.Err(), context.Canceled) {
+		t.Errorf("Err() = %v, want Canceled", c.Err())
+	}
+	if s := c.String(); s != "transport.handlerCtx" {
+		t.Errorf("String() = %q", s)
+	}
+}
+
+func TestServerCallReusesUnarmedCtx(t *testing.T) {
+	base, closeBase := context.WithCancel(context.Background())
+	defer closeBase()
+	tests := []struct {
+		name  string
+		use   func(ctx context.Context)
+		reuse bool
+	}{
+		{"unused", func(context.Context) {}, true},
+		{"Err and Deadline", func(ctx context.Context) { _ = ctx.Err(); _, _ = ctx.Deadline() }, true},
+		{"Done", func(ctx context.Context) { _ = ctx.Done() }, false},
+		{"derived context", func(ctx context.Context) {
+			_, cancel := context.WithCancel(ctx)
+			defer cancel()
+		}, false},
+		{"AfterFunc", func(ctx context.Context) { context.AfterFunc(ctx, func() {}) }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, deadline := range []time.Time{{}, time.Now().Add(time.Hour)} {
+				call := &serverCall{ctx: new(handlerCtx)}
+				ctx := call.ctx
+				ctx.init(base, deadline)
+				tt.use(ctx)
+				ctx.cancel(context.Canceled) // ServeRPC returned
+				call.reuseCtx()
+				if got := call.ctx == ctx; got != tt.reuse {
+					t.Errorf("deadline %v: context kept for reuse: %v, want %v", !deadline.IsZero(), got, tt.reuse)
+				}
+				if tt.reuse {
+					ctx.init(base, time.Time{})
+					if ctx.Err() != nil || ctx.finished || ctx.armed {
+						t.Errorf("init left state behind: err %v, finished %v, armed %v", ctx.Err(), ctx.finished, ctx.armed)
+					}
+				}
+			}
+		})
+	}
+}

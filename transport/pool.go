@@ -123,7 +123,10 @@ func NewPool(cfg Config) *Pool {
 //     written; the server may have acted.
 //
 // A call that gives up leaves the pending table at once; its late response
-// is discarded.
+// is discarded. If its request was written and no response had arrived,
+// the cancel event for it follows on the same connection, so the server
+// cancels the handler's context (best effort: it is queued without
+// waiting for the socket, and skipped when the connection is gone).
 func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message) (*protocol.Message, error) {
 	if req == nil {
 		return nil, notSent(protocol.StatusClientError, "nil request", nil)

@@ -197,8 +197,10 @@ func TestTimeoutAfterSend(t *testing.T) {
 		t.Errorf("RoundTrip changed req.Timeout to %v", req.Timeout)
 	}
 
-	// The handler is still running; let it answer late. The late response
-	// is discarded and the connection keeps working.
+	// The handler was cancelled (the client's cancel event or its own
+	// budget, whichever came first); if it answered anyway, the late
+	// response is discarded. Either way the connection keeps working.
+	// (TestClientSendsCancel forces a late response.)
 	waitFor(t, bs.entered, "the handler")
 	close(bs.release)
 	ctx := testCtx(t)

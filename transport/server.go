@@ -23,8 +23,12 @@ import (
 // messages: neither may be kept after ServeRPC returns.
 //
 // ctx carries the request's deadline when it came with a budget, and is
-// cancelled when the server is closed; a handler must return once ctx is
-// done. Like the messages, ctx must not be used after ServeRPC returns.
+// cancelled when the server is closed, and, for a two-way request, when
+// the client sends the cancel event for it: the caller gave up. Either
+// way ctx.Err() is then context.Canceled. The response of a call the
+// client cancelled is not sent, since nobody waits for it. A handler must
+// return once ctx is done. Like the messages, ctx must not be used after
+// ServeRPC returns: the server reuses it.
 type Handler interface {
 	ServeRPC(ctx context.Context, req, resp *protocol.Message)
 }
@@ -363,10 +367,17 @@ type serverConn struct {
 	mu     sync.Mutex // guards the fields below
 	closed bool
 	hb     *time.Timer
+
+	// callsMu guards running: the two-way calls of this connection from
+	// dispatch until their handler returned, by request id, so a cancel
+	// event finds the handler's context. Ids are the client's, unique per
+	// connection, so a cancel never reaches another connection's call.
+	callsMu sync.Mutex
+	running map[uint64]*serverCall
 }
 
 func newServerConn(s *Server, nc net.Conn) *serverConn {
-	sc := &serverConn{s: s, nc: nc, done: make(chan struct{})}
+	sc := &serverConn{s: s, nc: nc, done: make(chan struct{}), running: make(map[uint64]*serverCall)}
 	sc.w.init(nc, func(err error) {
 		s.log.Debug("transport: write failed; closing connection", "remote", nc.RemoteAddr(), "err", err)
 		sc.close()
@@ -415,12 +426,18 @@ func (sc *serverConn) tick() {
 }
 
 // serverCall is one request on its way through a handler, pooled with its
-// request and response messages.
+// request and response messages and its handler context.
 type serverCall struct {
 	sc   *serverConn
 	req  protocol.Message
 	resp protocol.Message
-	read time.Time // when the frame was read; set when req.Timeout > 0
+	// ctx is the handler's context for a two-way request or one with a
+	// budget (others get the server's base context); nil until needed,
+	// and dropped after a call whose handler armed it (see reuseCtx).
+	ctx *handlerCtx
+	// cancelled is set, under sc.callsMu, when the client sent the cancel
+	// event for this call.
+	cancelled atomic.Bool
 }
 
 var serverCallPool = sync.Pool{New: func() any { return new(serverCall) }}
@@ -432,7 +449,27 @@ func putServerCall(call *serverCall) {
 	call.sc = nil
 	call.req.Reset()
 	call.resp.Reset()
+	call.reuseCtx()
+	call.cancelled.Store(false)
 	serverCallPool.Put(call)
+}
+
+// reuseCtx keeps call.ctx for the next call only if its handler never
+// armed it (no Done channel, timer, base watch or AfterFunc was made):
+// then nothing outside the finished call can hold on to its state. An
+// armed one is left to the garbage collector, so a derived context or a
+// stop function kept past the call never sees another call's context.
+func (call *serverCall) reuseCtx() {
+	c := call.ctx
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	armed := c.armed
+	c.mu.Unlock()
+	if armed {
+		call.ctx = nil
+	}
 }
 
 // serve is the connection's reader goroutine.
@@ -469,8 +506,11 @@ func (sc *serverConn) serve() {
 		f := req.Header.Flags()
 		switch {
 		case f.IsEvent():
-			if req.IsHeartbeat() {
+			switch {
+			case req.IsHeartbeat():
 				_ = sc.w.writeEvent(eventHeartbeatResponse, req.Header.ID())
+			case req.IsCancel():
+				sc.cancelCall(req.Header.ID())
 			}
 			putServerCall(call)
 		case !f.IsRequest():
@@ -519,10 +559,24 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		putServerCall(call)
 		return
 	}
-	if req.Timeout > 0 {
-		call.read = time.Now()
-	}
 	call.sc = sc
+	if twoWay || req.Timeout > 0 {
+		var deadline time.Time
+		if req.Timeout > 0 {
+			deadline = time.Now().Add(req.Timeout)
+		}
+		if call.ctx == nil {
+			call.ctx = new(handlerCtx)
+		}
+		call.ctx.init(s.base, deadline)
+	}
+	if twoWay {
+		// Tracked here, on the reader goroutine, so a cancel read after
+		// this request always finds it.
+		sc.callsMu.Lock()
+		sc.running[req.Header.ID()] = call
+		sc.callsMu.Unlock()
+	}
 	select {
 	case s.work <- call: // an idle worker takes it
 	default:
@@ -572,20 +626,43 @@ func (sc *serverConn) answer(req *protocol.Message, status protocol.Status, msg 
 	m.Payload = nil
 }
 
+// cancelCall cancels the handler context of the two-way call with the
+// given id on this connection, after the client sent the cancel event for
+// it. An unknown id (the call already finished) is ignored.
+func (sc *serverConn) cancelCall(id uint64) {
+	sc.callsMu.Lock()
+	defer sc.callsMu.Unlock()
+	if call := sc.running[id]; call != nil {
+		call.cancelled.Store(true)
+		call.ctx.cancel(context.Canceled)
+	}
+}
+
 // run runs the handler and writes its response; it holds a MaxConcurrent
-// slot, released once the response is written.
+// slot, released once the response is written. The handler of a call the
+// client cancelled before it started does not run, and the response of a
+// cancelled call is not written: nobody waits for it.
 func (call *serverCall) run() {
 	sc := call.sc
 	s := sc.s
 	req, resp := &call.req, &call.resp
-	if req.Timeout > 0 {
-		ctx := &handlerCtx{base: s.base, deadline: call.read.Add(req.Timeout)}
-		s.invoke(ctx, req, resp)
+	twoWay := req.Header.Flags().IsTwoWay()
+	if ctx := call.ctx; twoWay || req.Timeout > 0 {
+		if !call.cancelled.Load() {
+			s.invoke(ctx, req, resp)
+		}
+		if twoWay {
+			sc.callsMu.Lock()
+			if sc.running[req.Header.ID()] == call {
+				delete(sc.running, req.Header.ID())
+			}
+			sc.callsMu.Unlock()
+		}
 		ctx.cancel(context.Canceled)
 	} else {
 		s.invoke(s.base, req, resp)
 	}
-	if req.Header.Flags().IsTwoWay() {
+	if twoWay && !call.cancelled.Load() {
 		status := resp.Header.Status()
 		if status == 0 {
 			status = protocol.StatusOK
@@ -612,24 +689,32 @@ func (s *Server) invoke(ctx context.Context, req, resp *protocol.Message) {
 	s.h.ServeRPC(ctx, req, resp)
 }
 
-// handlerCtx is a handler's context when its request came with a budget:
-// the server's base context (closed by Close) plus a deadline. It is one
-// allocation per request: the channel, the deadline timer and the watch on
-// the base context are set up only if Done (or AfterFunc, which derived
-// contexts use) is called, and Err reads the clock until then. It is
-// cancelled with context.Canceled when ServeRPC returns, like net/http's
-// request context.
+// handlerCtx is a handler's context when its request is two-way or came
+// with a budget: the server's base context (closed by Close), the
+// deadline if any, and cancellation by the client's cancel event. It
+// costs no allocation while the handler does not arm it: the channel, the
+// deadline timer and the watch on the base context are set up only if
+// Done (or AfterFunc, which derived contexts use) is called, and Err
+// reads the clock until then; an unarmed context is reused by the next
+// call (serverCall.reuseCtx). It is cancelled with context.Canceled when
+// ServeRPC returns, like net/http's request context.
 type handlerCtx struct {
 	base     context.Context // cancelled by the server's Close
-	deadline time.Time
+	deadline time.Time       // zero: none
 
 	mu       sync.Mutex // guards the fields below
 	done     chan struct{}
 	err      error
 	finished bool // done is closed (or closedChan) and err set
+	armed    bool // a channel, timer, base watch or after func was made
 	timer    *time.Timer
 	stopBase func() bool
 	afters   []*afterFunc
+}
+
+// init readies c for a new call; c must not be in use.
+func (c *handlerCtx) init(base context.Context, deadline time.Time) {
+	*c = handlerCtx{base: base, deadline: deadline}
 }
 
 type afterFunc struct{ f func() }
@@ -643,14 +728,14 @@ var closedChan = func() chan struct{} {
 
 var _ context.Context = (*handlerCtx)(nil)
 
-// Deadline returns the request's deadline.
-func (c *handlerCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+// Deadline returns the request's deadline, if it came with a budget.
+func (c *handlerCtx) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
 
 // Value returns nil: handler contexts carry no values.
 func (c *handlerCtx) Value(any) any { return nil }
 
-// Done returns a channel closed at the deadline, on server close or when
-// the handler returns.
+// Done returns a channel closed at the deadline, on server close, on the
+// client's cancel event or when the handler returns.
 func (c *handlerCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -682,6 +767,7 @@ func (c *handlerCtx) Err() error {
 func (c *handlerCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	c.armLocked()
+	c.armed = true // f may hold on to c even if it runs at once
 	if c.finished {
 		c.mu.Unlock()
 		go f()
@@ -707,7 +793,7 @@ func (c *handlerCtx) expiredLocked() error {
 	if c.base.Err() != nil {
 		return context.Canceled
 	}
-	if !time.Now().Before(c.deadline) {
+	if !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
 		return context.DeadlineExceeded
 	}
 	return nil
@@ -723,8 +809,11 @@ func (c *handlerCtx) armLocked() {
 		c.finishLocked(err)
 		return
 	}
+	c.armed = true
 	c.done = make(chan struct{})
-	c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.cancel(context.DeadlineExceeded) })
+	if !c.deadline.IsZero() {
+		c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.cancel(context.DeadlineExceeded) })
+	}
 	c.stopBase = context.AfterFunc(c.base, func() { c.cancel(context.Canceled) })
 }
 
@@ -764,5 +853,8 @@ func (c *handlerCtx) cancel(err error) {
 
 // String names the context in panics and logs.
 func (c *handlerCtx) String() string {
+	if c.deadline.IsZero() {
+		return "transport.handlerCtx"
+	}
 	return "transport.handlerCtx(deadline " + c.deadline.Format(time.RFC3339Nano) + ")"
 }

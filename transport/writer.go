@@ -67,6 +67,7 @@ const (
 	eventHeartbeat eventKind = iota
 	eventHeartbeatResponse
 	eventReadOnly
+	eventCancel
 )
 
 // writeMessage encodes m and writes it, or hands it to the active flusher.
@@ -93,6 +94,37 @@ func (w *frameWriter) writeEvent(kind eventKind, id uint64) error {
 		w.mu.Unlock()
 		return err
 	}
+	w.appendEventLocked(kind, id)
+	return w.flushOrReturn()
+}
+
+// queueEvent appends an event frame without writing it, so the caller
+// never waits on the socket. It reports whether the caller became the
+// flusher: then it must call flush, typically on another goroutine.
+// Otherwise the frame went to the active flusher, or was dropped because
+// the writer failed.
+func (w *frameWriter) queueEvent(kind eventKind, id uint64) (mustFlush bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return false
+	}
+	w.appendEventLocked(kind, id)
+	if w.flushing {
+		return false
+	}
+	w.flushing = true
+	return true
+}
+
+// flush writes what queueEvent left; only the goroutine queueEvent told
+// to flush calls it, once.
+func (w *frameWriter) flush() error {
+	w.mu.Lock()
+	return w.flushLoop()
+}
+
+func (w *frameWriter) appendEventLocked(kind eventKind, id uint64) {
 	switch kind {
 	case eventHeartbeat:
 		w.buf = protocol.AppendHeartbeat(w.buf, id)
@@ -100,8 +132,9 @@ func (w *frameWriter) writeEvent(kind eventKind, id uint64) error {
 		w.buf = protocol.AppendHeartbeatResponse(w.buf, id)
 	case eventReadOnly:
 		w.buf = protocol.AppendReadOnly(w.buf, id)
+	case eventCancel:
+		w.buf = protocol.AppendCancel(w.buf, id)
 	}
-	return w.flushOrReturn()
 }
 
 // flushOrReturn is called with mu held after a frame was appended; it
@@ -112,6 +145,12 @@ func (w *frameWriter) flushOrReturn() error {
 		return nil
 	}
 	w.flushing = true
+	return w.flushLoop()
+}
+
+// flushLoop writes the buffer until it is empty. It is called with mu
+// held and flushing set by this goroutine; it releases mu.
+func (w *frameWriter) flushLoop() error {
 	for {
 		b := w.buf
 		w.buf = w.spare[:0]

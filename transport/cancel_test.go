@@ -1,0 +1,475 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+// cancelBound is how soon a handler must see a cancel event: far less than
+// the budgets in these tests, so a deadline cannot pass for one.
+const cancelBound = time.Second
+
+// eventually polls cond until it holds, failing the test after the test
+// timeout. For state that has no event to wait on.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(defaultTestTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// handlerResult is what a gated handler saw when it returned.
+type handlerResult struct {
+	payload string
+	err     error // ctx.Err() when the handler returned
+	waited  time.Duration
+	budget  bool // ctx had a deadline
+}
+
+// gatedServer runs handlers that report their payload on entered, then
+// wait until release (for payloads starting with "block") or their ctx is
+// done, report on results and echo "payload:ctx.Err()". Other payloads
+// are echoed at once.
+type gatedServer struct {
+	*testServer
+	entered chan string
+	results chan handlerResult
+	release chan struct{}
+}
+
+func startGatedServer(t *testing.T) *gatedServer {
+	t.Helper()
+	gs := &gatedServer{
+		entered: make(chan string, 100),
+		results: make(chan handlerResult, 100),
+		release: make(chan struct{}),
+	}
+	gs.testServer = startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		payload := string(req.Payload)
+		if len(payload) < 5 || payload[:5] != "block" {
+			resp.Payload = append(resp.Payload[:0], req.Payload...)
+			return
+		}
+		start := time.Now()
+		gs.entered <- payload
+		select {
+		case <-gs.release:
+		case <-ctx.Done():
+		}
+		_, budget := ctx.Deadline()
+		gs.results <- handlerResult{payload: payload, err: ctx.Err(), waited: time.Since(start), budget: budget}
+		resp.Payload = fmt.Appendf(resp.Payload[:0], "%s:%v", payload, ctx.Err())
+	}), ServerConfig{})
+	return gs
+}
+
+func TestCancelStopsHandler(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		budget time.Duration
+	}{
+		{"no budget", 0},
+		{"10s budget", 10 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			gs := startGatedServer(t)
+			p := newPool(t, Config{ConnsPerAddr: 1})
+			ctx, cancel := context.WithCancel(testCtx(t))
+			defer cancel()
+			req := newRequest("block")
+			req.Timeout = tt.budget
+			errc := make(chan error, 1)
+			go func() {
+				_, err := p.RoundTrip(ctx, gs.addr, req)
+				errc <- err
+			}()
+			waitFor(t, gs.entered, "the handler to start")
+			cancel()
+			err := waitFor(t, errc, "RoundTrip to return")
+			wantStatus(t, err, protocol.StatusClientError, false, false)
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("err = %v, want it to wrap context.Canceled", err)
+			}
+
+			select {
+			case r := <-gs.results:
+				if !errors.Is(r.err, context.Canceled) {
+					t.Errorf("handler's ctx.Err() = %v, want context.Canceled", r.err)
+				}
+				if r.budget != (tt.budget > 0) {
+					t.Errorf("handler ctx has a deadline: %v, want %v", r.budget, tt.budget > 0)
+				}
+			case <-time.After(cancelBound):
+				t.Fatalf("the handler did not see the cancel within %v", cancelBound)
+			}
+
+			// The connection keeps working.
+			resp, err := p.RoundTrip(testCtx(t), gs.addr, newRequest("after"))
+			if err != nil {
+				t.Fatalf("call after a cancel: %v", err)
+			}
+			if string(resp.Payload) != "after" {
+				t.Errorf("got %q, want %q", resp.Payload, "after")
+			}
+			p.Release(resp)
+		})
+	}
+}
+
+// rawCall writes a two-way request with the given id and payload.
+func rawCall(t *testing.T, c net.Conn, id uint64, payload string, budget time.Duration) {
+	t.Helper()
+	req := newRequest(payload)
+	req.Header.SetID(id)
+	req.Timeout = budget
+	if _, err := c.Write(protocol.AppendMessage(nil, req)); err != nil {
+		t.Fatalf("write request %d: %v", id, err)
+	}
+}
+
+func rawCancel(t *testing.T, c net.Conn, id uint64) {
+	t.Helper()
+	if _, err := c.Write(protocol.AppendCancel(nil, id)); err != nil {
+		t.Fatalf("write cancel %d: %v", id, err)
+	}
+}
+
+// expectNoResponse checks that the server wrote nothing on c for the
+// calls it finished: once no handler holds a slot, every response the
+// server will ever write is in its writer, so the answer to a heartbeat
+// sent now must be the next frame.
+func expectNoResponse(t *testing.T, srv *Server, c net.Conn, rd *protocol.Reader, hbID uint64) {
+	t.Helper()
+	eventually(t, "the handlers to finish", func() bool { return srv.active.Load() == 0 })
+	if _, err := c.Write(protocol.AppendHeartbeat(nil, hbID)); err != nil {
+		t.Fatalf("write heartbeat: %v", err)
+	}
+	m := readResponse(t, rd, c)
+	if !m.IsHeartbeatResponse() || m.Header.ID() != hbID {
+		t.Fatalf("got a frame with flags %#02x, status %d, id %d, payload %q; want only the heartbeat response %d",
+			byte(m.Header.Flags()), m.Header.Status(), m.Header.ID(), m.Payload, hbID)
+	}
+}
+
+func TestCancelRaw(t *testing.T) {
+	t.Run("cancelled call is not answered", func(t *testing.T) {
+		gs := startGatedServer(t)
+		c := dialRaw(t, gs.addr)
+		rd := protocol.NewReader(bufio.NewReader(c), 0)
+		rawCall(t, c, 5, "block", 10*time.Second)
+		waitFor(t, gs.entered, "the handler")
+		start := time.Now()
+		rawCancel(t, c, 5)
+		r := waitFor(t, gs.results, "the handler to return")
+		if !errors.Is(r.err, context.Canceled) {
+			t.Errorf("handler's ctx.Err() = %v, want context.Canceled", r.err)
+		}
+		if d := time.Since(start); d > cancelBound {
+			t.Errorf("the handler returned %v after the cancel", d)
+		}
+		expectNoResponse(t, gs.srv, c, rd, 6)
+	})
+
+	t.Run("unknown id is ignored", func(t *testing.T) {
+		gs := startGatedServer(t)
+		c := dialRaw(t, gs.addr)
+		rd := protocol.NewReader(bufio.NewReader(c), 0)
+		rawCall(t, c, 1, "block", 0)
+		waitFor(t, gs.entered, "the handler")
+		rawCancel(t, c, 99)
+		rawCancel(t, c, 0)
+		// The reader handles frames in order: once the heartbeat is
+		// answered, both cancels were processed.
+		if _, err := c.Write(protocol.AppendHeartbeat(nil, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if m := readResponse(t, rd, c); !m.IsHeartbeatResponse() || m.Header.ID() != 100 {
+			t.Fatalf("got flags %#02x id %d, want the heartbeat response", byte(m.Header.Flags()), m.Header.ID())
+		}
+		close(gs.release)
+		if r := waitFor(t, gs.results, "the handler"); r.err != nil {
+			t.Errorf("handler's ctx.Err() = %v after cancels for other ids, want nil", r.err)
+		}
+		m := readResponse(t, rd, c)
+		if m.Header.ID() != 1 || m.Header.Status() != protocol.StatusOK || string(m.Payload) != "block:<nil>" {
+			t.Errorf("got id %d status %d payload %q, want id 1, OK, %q", m.Header.ID(), m.Header.Status(), m.Payload, "block:<nil>")
+		}
+	})
+
+	t.Run("same id on another connection is not touched", func(t *testing.T) {
+		gs := startGatedServer(t)
+		a, b := dialRaw(t, gs.addr), dialRaw(t, gs.addr)
+		rdA, rdB := protocol.NewReader(bufio.NewReader(a), 0), protocol.NewReader(bufio.NewReader(b), 0)
+		rawCall(t, a, 1, "block-a", 0)
+		waitFor(t, gs.entered, "handler a")
+		rawCall(t, b, 1, "block-b", 0)
+		waitFor(t, gs.entered, "handler b")
+		rawCancel(t, b, 1)
+		r := waitFor(t, gs.results, "a handler to return")
+		if r.payload != "block-b" || !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("handler %q returned with %v; want block-b, cancelled", r.payload, r.err)
+		}
+		eventually(t, "call b to finish", func() bool { return gs.srv.active.Load() == 1 })
+		expectNoResponseBusy(t, b, rdB, 2)
+
+		close(gs.release)
+		if r := waitFor(t, gs.results, "handler a"); r.payload != "block-a" || r.err != nil {
+			t.Errorf("handler %q returned with ctx.Err() = %v; want block-a, nil", r.payload, r.err)
+		}
+		m := readResponse(t, rdA, a)
+		if m.Header.ID() != 1 || m.Header.Status() != protocol.StatusOK || string(m.Payload) != "block-a:<nil>" {
+			t.Errorf("connection a got id %d status %d payload %q", m.Header.ID(), m.Header.Status(), m.Payload)
+		}
+	})
+
+	t.Run("cancel right behind the request", func(t *testing.T) {
+		// Request and cancel in one write: the handler either never runs
+		// or sees the cancel; either way nothing is answered.
+		gs := startGatedServer(t)
+		c := dialRaw(t, gs.addr)
+		rd := protocol.NewReader(bufio.NewReader(c), 0)
+		var frames []byte
+		const n = 20
+		for id := uint64(1); id <= n; id++ {
+			req := newRequest("block")
+			req.Header.SetID(id)
+			frames = protocol.AppendMessage(frames, req)
+			frames = protocol.AppendCancel(frames, id)
+		}
+		if _, err := c.Write(frames); err != nil {
+			t.Fatal(err)
+		}
+		expectNoResponse(t, gs.srv, c, rd, 1000)
+		ran := len(gs.results)
+		for range ran {
+			if r := <-gs.results; !errors.Is(r.err, context.Canceled) {
+				t.Errorf("a handler that ran saw ctx.Err() = %v, want context.Canceled", r.err)
+			}
+		}
+		t.Logf("%d of %d handlers started before their cancel was read", ran, n)
+	})
+
+	t.Run("one-way requests are not cancellable", func(t *testing.T) {
+		gs := startGatedServer(t)
+		c := dialRaw(t, gs.addr)
+		req := newRequest("block-oneway")
+		req.Header.SetFlags(protocol.MakeFlags(protocol.FlagRequest, 22))
+		req.Header.SetID(3)
+		if _, err := c.Write(protocol.AppendMessage(nil, req)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, gs.entered, "the one-way handler")
+		rawCancel(t, c, 3)
+		rd := protocol.NewReader(bufio.NewReader(c), 0)
+		if _, err := c.Write(protocol.AppendHeartbeat(nil, 4)); err != nil {
+			t.Fatal(err)
+		}
+		if m := readResponse(t, rd, c); !m.IsHeartbeatResponse() {
+			t.Fatalf("got flags %#02x, want the heartbeat response", byte(m.Header.Flags()))
+		}
+		close(gs.release)
+		if r := waitFor(t, gs.results, "the one-way handler"); r.err != nil {
+			t.Errorf("one-way handler saw ctx.Err() = %v, want nil", r.err)
+		}
+	})
+}
+
+// expectNoResponseBusy is expectNoResponse while other calls still run:
+// the caller has waited until the cancelled call released its slot.
+func expectNoResponseBusy(t *testing.T, c net.Conn, rd *protocol.Reader, hbID uint64) {
+	t.Helper()
+	if _, err := c.Write(protocol.AppendHeartbeat(nil, hbID)); err != nil {
+		t.Fatalf("write heartbeat: %v", err)
+	}
+	m := readResponse(t, rd, c)
+	if !m.IsHeartbeatResponse() || m.Header.ID() != hbID {
+		t.Fatalf("got a frame with flags %#02x, status %d, id %d, payload %q; want only the heartbeat response %d",
+			byte(m.Header.Flags()), m.Header.Status(), m.Header.ID(), m.Payload, hbID)
+	}
+}
+
+// readFrames reads every frame from c onto the returned channel, which is
+// closed when c fails or is closed.
+func readFrames(c net.Conn) <-chan *protocol.Message {
+	ch := make(chan *protocol.Message, 100)
+	go func() {
+		defer close(ch)
+		rd := protocol.NewReader(bufio.NewReader(c), 0)
+		for {
+			m := new(protocol.Message)
+			if err := rd.Read(m); err != nil {
+				return
+			}
+			ch <- m
+		}
+	}()
+	return ch
+}
+
+// nextFrameOrEOF returns the next frame, or nil when the connection ended.
+func nextFrameOrEOF(t *testing.T, frames <-chan *protocol.Message, what string) *protocol.Message {
+	t.Helper()
+	select {
+	case m, ok := <-frames:
+		if !ok {
+			return nil
+		}
+		return m
+	case <-time.After(defaultTestTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+		return nil
+	}
+}
+
+func nextFrame(t *testing.T, frames <-chan *protocol.Message, what string) *protocol.Message {
+	t.Helper()
+	m := nextFrameOrEOF(t, frames, what)
+	if m == nil {
+		t.Fatalf("connection closed while waiting for %s", what)
+	}
+	return m
+}
+
+func writeResponse(t *testing.T, c net.Conn, id uint64, payload string) {
+	t.Helper()
+	var resp protocol.Message
+	resp.Header.Init(protocol.MakeFlags(0, 22), protocol.StatusOK, id)
+	resp.Payload = []byte(payload)
+	if _, err := c.Write(protocol.AppendMessage(nil, &resp)); err != nil {
+		t.Fatalf("write response %d: %v", id, err)
+	}
+}
+
+// TestClientSendsCancel counts, at a raw server, the frames a Pool writes:
+// a cancel follows exactly the calls given up after their request was
+// written, and nothing else.
+func TestClientSendsCancel(t *testing.T) {
+	addr, conns := rawServer(t)
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	call := func(ctx context.Context, payload string, budget time.Duration) <-chan error {
+		req := newRequest(payload)
+		req.Timeout = budget
+		errc := make(chan error, 1)
+		go func() {
+			resp, err := p.RoundTrip(ctx, addr, req)
+			if err == nil {
+				if string(resp.Payload) != "re:"+payload {
+					err = fmt.Errorf("got %q for %q", resp.Payload, payload)
+				}
+				p.Release(resp)
+			}
+			errc <- err
+		}()
+		return errc
+	}
+	expectRequest := func(frames <-chan *protocol.Message, payload string) uint64 {
+		t.Helper()
+		m := nextFrame(t, frames, "request "+payload)
+		if m.Header.Flags().IsEvent() || string(m.Payload) != payload {
+			t.Fatalf("got flags %#02x id %d payload %q, want the request %q",
+				byte(m.Header.Flags()), m.Header.ID(), m.Payload, payload)
+		}
+		return m.Header.ID()
+	}
+	expectCancel := func(frames <-chan *protocol.Message, id uint64) {
+		t.Helper()
+		m := nextFrame(t, frames, fmt.Sprintf("the cancel of call %d", id))
+		if !m.IsCancel() || m.Header.ID() != id {
+			t.Fatalf("got flags %#02x id %d payload % x, want the cancel event for call %d",
+				byte(m.Header.Flags()), m.Header.ID(), m.Payload, id)
+		}
+	}
+
+	// Answered: no cancel, even when its ctx is cancelled afterwards.
+	ctx, cancel := context.WithCancel(testCtx(t))
+	errc := call(ctx, "answered", 0)
+	c := waitFor(t, conns, "the connection")
+	defer c.Close()
+	frames := readFrames(c)
+	id := expectRequest(frames, "answered")
+	writeResponse(t, c, id, "re:answered")
+	if err := waitFor(t, errc, "the answered call"); err != nil {
+		t.Fatalf("answered call: %v", err)
+	}
+	cancel()
+
+	// Cancelled by its caller after the request was written.
+	ctx, cancel = context.WithCancel(testCtx(t))
+	errc = call(ctx, "cancelled", 0)
+	id = expectRequest(frames, "cancelled")
+	cancel()
+	wantStatus(t, waitFor(t, errc, "the cancelled call"), protocol.StatusClientError, false, false)
+	expectCancel(frames, id)
+	// A peer may answer anyway: dubbo-go answers every event with a
+	// heartbeat response, and the call's late response may cross the
+	// cancel. Both are discarded.
+	if _, err := c.Write(protocol.AppendHeartbeatResponse(nil, id)); err != nil {
+		t.Fatal(err)
+	}
+	writeResponse(t, c, id, "re:cancelled")
+
+	// Budget ran out while waiting.
+	errc = call(testCtx(t), "timed out", 30*time.Millisecond)
+	id = expectRequest(frames, "timed out")
+	wantStatus(t, waitFor(t, errc, "the timed-out call"), protocol.StatusServerTimeout, false, false)
+	expectCancel(frames, id)
+
+	// Cancelled before sending: nothing is written at all.
+	ctx, cancel = context.WithCancel(testCtx(t))
+	cancel()
+	wantStatus(t, waitFor(t, call(ctx, "never sent", 0), "the unsent call"), protocol.StatusClientError, false, true)
+
+	// The next frame is the next request: no stray cancel came before it.
+	errc = call(testCtx(t), "last", 0)
+	id = expectRequest(frames, "last")
+	writeResponse(t, c, id, "re:last")
+	if err := waitFor(t, errc, "the last call"); err != nil {
+		t.Fatalf("last call: %v", err)
+	}
+	if n := p.pendingLen(addr); n != 0 {
+		t.Errorf("pending table holds %d calls, want 0", n)
+	}
+}
+
+// TestCancelOnDrainingConnection: the last call on a read-only connection
+// is given up; its cancel still goes out before the client closes.
+func TestCancelOnDrainingConnection(t *testing.T) {
+	addr, conns := rawServer(t)
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.RoundTrip(ctx, addr, newRequest("pending"))
+		errc <- err
+	}()
+	c := waitFor(t, conns, "the connection")
+	defer c.Close()
+	frames := readFrames(c)
+	req := nextFrame(t, frames, "the request")
+	if _, err := c.Write(protocol.AppendReadOnly(nil, 1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the read-only event to arrive", func() bool { return p.ReadOnly(addr) })
+	cancel()
+	wantStatus(t, waitFor(t, errc, "the call"), protocol.StatusClientError, false, false)
+	m := nextFrame(t, frames, "the cancel")
+	if !m.IsCancel() || m.Header.ID() != req.Header.ID() {
+		t.Fatalf("got flags %#02x id %d, want the cancel of call %d", byte(m.Header.Flags()), m.Header.ID(), req.Header.ID())
+	}
+	// Then the client closes the drained connection.
+	if m := nextFrameOrEOF(t, frames, "the client to close"); m != nil {
+		t.Fatalf("got another frame (flags %#02x, id %d) instead of the close", byte(m.Header.Flags()), m.Header.ID())
+	}
+}
