@@ -49,6 +49,8 @@ type probe struct {
 	ran     atomic.Int64
 	release chan struct{}
 	started chan struct{}
+	delay   atomic.Int64             // nanoseconds every call waits first
+	record  func(ctx context.Context) // called on every call, if set
 }
 
 func newProbe() *probe {
@@ -57,6 +59,12 @@ func newProbe() *probe {
 
 func (p *probe) Do(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, error) {
 	p.ran.Add(1)
+	if p.record != nil {
+		p.record(ctx)
+	}
+	if d := p.delay.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
 	sku := req.GetSku()
 	switch {
 	case sku == "panic":

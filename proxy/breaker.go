@@ -135,7 +135,7 @@ func (b *breakers) open(addr string) bool {
 	return h != nil && h.cb.State() == gobreaker.StateOpen
 }
 
-// State returns the breaker state of an instance address as gobreaker
+// BreakerState returns the breaker state of an instance address as gobreaker
 // names it ("closed", "half-open", "open"); "closed" for an address the
 // client has not called.
 func (c *Client) BreakerState(addr string) string {

@@ -411,8 +411,12 @@ func (c *Client) attempt(ctx context.Context, call *Call, done balancer.Done) er
 		})
 		if !ran {
 			done(0, nil)
-			return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: call.Addr,
+			err = &protocol.Error{Status: protocol.StatusChannelInactive, Msg: call.Addr,
 				Err: fmt.Errorf("%w: %w: %w", transport.ErrNotSent, errBreakerOpen, berr)}
+			if c.opts.observer != nil {
+				c.opts.observer.Attempted(call.Service, call.Method, call.Addr, protocol.StatusChannelInactive, 0)
+			}
+			return err
 		}
 	}
 	latency := time.Since(start)

@@ -146,8 +146,13 @@ func (b *retryBudget) bucket(now int64) *budgetBucket {
 func (b *retryBudget) call() { b.bucket(time.Now().Unix()).calls.Add(1) }
 
 // withdraw reports whether a retry is allowed now, and counts it if so.
+//
+// The retry is counted first and taken back when it is over the limit, so
+// concurrent withdrawals see each other and never overshoot together.
 func (b *retryBudget) withdraw() bool {
 	now := time.Now().Unix()
+	mine := b.bucket(now)
+	mine.retries.Add(1)
 	var calls, retries int64
 	for i := range b.buckets {
 		k := &b.buckets[i]
@@ -156,9 +161,9 @@ func (b *retryBudget) withdraw() bool {
 			retries += k.retries.Load()
 		}
 	}
-	if float64(retries) >= float64(calls)*b.ratio+float64(b.floor) {
+	if float64(retries) > float64(calls)*b.ratio+float64(b.floor) {
+		mine.retries.Add(-1)
 		return false
 	}
-	b.bucket(now).retries.Add(1)
 	return true
 }
