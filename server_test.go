@@ -49,8 +49,9 @@ type probe struct {
 	ran     atomic.Int64
 	release chan struct{}
 	started chan struct{}
-	delay   atomic.Int64             // nanoseconds every call waits first
+	delay   atomic.Int64              // nanoseconds every call waits first
 	record  func(ctx context.Context) // called on every call, if set
+	relay   proxy.Caller              // "relay" calls "echo" through it
 }
 
 func newProbe() *probe {
@@ -73,6 +74,9 @@ func (p *probe) Do(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, e
 		return nil, errors.New("probe: asked to fail")
 	case sku == "bad":
 		return nil, &protocol.Error{Status: protocol.StatusBadRequest, Msg: "probe: asked for a bad request"}
+	case sku == "relay":
+		time.Sleep(100 * time.Millisecond) // spend some of the budget first
+		return call(ctx, p.relay, "echo", proxy.Timeout(10*time.Second))
 	case sku == "key":
 		return &pb.StockReply{Sku: dabb.IdempotencyKey(ctx), Count: int64(len(dabb.Attachments(ctx)))}, nil
 	case sku == "block":
@@ -376,6 +380,26 @@ func TestDeadlineBudget(t *testing.T) {
 	}
 	if p.ran.Load() != before {
 		t.Fatal("handler ran for a call whose budget was spent")
+	}
+}
+
+// TestBudgetPropagates: a handler that calls another service with its own
+// ctx passes on what remains of its caller's budget, however long the
+// downstream method's own timeout is.
+func TestBudgetPropagates(t *testing.T) {
+	_, downstream := startServer(t, newProbe())
+	up := newProbe()
+	up.relay = newClient(t, downstream)
+	_, upstream := startServer(t, up)
+	c := newClient(t, upstream)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	reply, err := call(ctx, c, "relay", proxy.Timeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := reply.GetCount(); b <= 0 || b > 400 {
+		t.Fatalf("downstream saw a budget of %d ms, want in (0, 400] after 100 ms of a 500 ms budget", b)
 	}
 }
 

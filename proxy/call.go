@@ -38,6 +38,10 @@ type Call struct {
 	HashKey string
 	// FailFast forbids retries: the first failure is returned.
 	FailFast bool
+	// Hedge, for an idempotent call, sends a second attempt to another
+	// instance when the first has not answered after this delay; the
+	// first answer wins and the other attempt is cancelled.
+	Hedge time.Duration
 	// Addr and Attempt are the instance and the number (from 1) of the
 	// current attempt; set for each attempt after the middlewares ran,
 	// so a middleware sees the last attempt's once next returns.
@@ -122,6 +126,16 @@ func (failFastOption) apply(c *Call) { c.FailFast = true }
 
 // FailFast makes the call fail on its first error, without retries.
 func FailFast() CallOption { return failFastOption{} }
+
+type hedgeOption time.Duration
+
+func (h hedgeOption) apply(c *Call) { c.Hedge = time.Duration(h) }
+
+// Hedge sends a backup attempt to another instance when the first has not
+// answered after delay, and takes whichever answers first, cancelling the
+// other. It applies to idempotent methods only (others ignore it): both
+// attempts may run.
+func Hedge(delay time.Duration) CallOption { return hedgeOption(delay) }
 
 type callOptionsKey struct{}
 

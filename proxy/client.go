@@ -321,6 +321,9 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 			call.SetAttachment(protocol.AttachIdempotencyKey, c.newKey())
 		}
 	}
+	if call.Hedge > 0 && call.Idempotent {
+		return c.hedged(ctx, call, st)
+	}
 	policy := &c.opts.retry
 	tried := &call.tried
 	ntried := 0
@@ -448,19 +451,30 @@ type outgoing struct {
 // send is the last stage: it encodes the request, sends it to call.Addr
 // with what remains of the budget, and decodes the reply.
 func (c *Client) send(ctx context.Context, call *Call) error {
+	resp, err := c.exchange(ctx, call, call.Addr)
+	if err != nil {
+		return err
+	}
+	return c.decode(call, resp)
+}
+
+// exchange encodes the request, sends it to addr with what remains of the
+// budget and returns the OK response, which the caller must decode (or
+// release).
+func (c *Client) exchange(ctx context.Context, call *Call, addr string) (*protocol.Message, error) {
 	budget := time.Until(call.Deadline)
 	if pt := c.opts.retry.PerTryTimeout; pt > 0 && call.Idempotent && pt < budget {
 		budget = pt
 	}
 	if budget < time.Millisecond {
-		return &protocol.Error{Status: protocol.StatusClientTimeout,
+		return nil, &protocol.Error{Status: protocol.StatusClientTimeout,
 			Msg: "budget spent before sending " + call.Service + "." + call.Method, Err: transport.ErrNotSent}
 	}
 	out := c.reqs.Get().(*outgoing)
 	defer c.reqs.Put(out)
 	payload, err := call.codec.Marshal(out.payload[:0], call.Req)
 	if err != nil {
-		return &protocol.Error{Status: protocol.StatusClientError,
+		return nil, &protocol.Error{Status: protocol.StatusClientError,
 			Msg: "encode " + call.Service + "." + call.Method + " request", Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}
 	}
 	out.payload = payload
@@ -473,12 +487,14 @@ func (c *Client) send(ctx context.Context, call *Call) error {
 		Payload:     payload,
 	}
 	m.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, call.codec.ID()), 0, 0)
-	resp, err := c.pool.RoundTrip(ctx, call.Addr, m)
+	resp, err := c.pool.RoundTrip(ctx, addr, m)
 	*m = protocol.Message{}
-	if err != nil {
-		return err
-	}
-	err = call.codec.Unmarshal(resp.Payload, call.Resp)
+	return resp, err
+}
+
+// decode decodes an OK response into call.Resp and releases it.
+func (c *Client) decode(call *Call, resp *protocol.Message) error {
+	err := call.codec.Unmarshal(resp.Payload, call.Resp)
 	c.pool.Release(resp)
 	if err != nil {
 		return &protocol.Error{Status: protocol.StatusBadResponse,

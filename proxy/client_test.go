@@ -38,6 +38,7 @@ type seen struct {
 	attachments map[string]string
 	runs        atomic.Int64
 	healed      atomic.Bool // a failing server answers OK from now on
+	cancelled   atomic.Int64
 }
 
 // serve starts a transport server whose handler records the request and
@@ -59,6 +60,11 @@ func serve(t *testing.T, s *seen, status protocol.Status, cfg transport.ServerCo
 		s.mu.Unlock()
 		if status == protocol.StatusServerThreadpoolExhausted {
 			<-block // hold the only slot so the next request is rejected
+		}
+		if status == waitCancel {
+			<-ctx.Done()
+			s.cancelled.Add(1)
+			return
 		}
 		if status == stall {
 			select {
@@ -307,8 +313,9 @@ func TestUnavailable(t *testing.T) {
 // Pseudo statuses for serve: garbage answers OK with bytes that are not
 // protobuf; stall answers OK after two seconds.
 const (
-	garbage protocol.Status = 1
-	stall   protocol.Status = 2
+	garbage    protocol.Status = 1
+	stall      protocol.Status = 2
+	waitCancel protocol.Status = 3 // answers nothing until the caller gives up
 )
 
 func TestBadReply(t *testing.T) {
@@ -452,5 +459,47 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 		if _, err := invoke(ctx, c); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+func TestHedgedCall(t *testing.T) {
+	slow, fast := &seen{}, &seen{}
+	slowAddr := serve(t, slow, waitCancel, transport.ServerConfig{})
+	fastAddr := serve(t, fast, 0, transport.ServerConfig{})
+	c := client(t, []string{slowAddr, fastAddr}, proxy.WithBalancer("round_robin"),
+		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for i := range 6 {
+		start := time.Now()
+		got, err := invoke(ctx, c, proxy.Idempotent(), proxy.Hedge(30*time.Millisecond), proxy.Timeout(2*time.Second))
+		if err != nil {
+			t.Fatalf("hedged call %d: %v", i, err)
+		}
+		if got != fastAddr {
+			t.Fatalf("hedged call %d answered by %q", i, got)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Fatalf("hedged call %d took %v", i, el)
+		}
+	}
+	hit := slow.runs.Load()
+	if hit == 0 {
+		t.Fatal("no attempt went to the slow instance: the test proves nothing")
+	}
+	// The losing attempts were cancelled on the server (the cancel event).
+	for slow.cancelled.Load() != hit {
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d losing attempts were cancelled on the server", slow.cancelled.Load(), hit)
+		}
+		time.Sleep(5 * time.Millisecond) // polls a counter the server bumps; no event to await
+	}
+	// A method that is not idempotent is never hedged.
+	before := slow.runs.Load() + fast.runs.Load()
+	for range 4 {
+		invoke(ctx, c, proxy.Hedge(10*time.Millisecond), proxy.Timeout(100*time.Millisecond))
+	}
+	if ran := slow.runs.Load() + fast.runs.Load() - before; ran != 4 {
+		t.Fatalf("4 non-idempotent calls with Hedge ran %d attempts", ran)
 	}
 }
