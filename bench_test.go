@@ -3,11 +3,14 @@ package dabb_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	gproto "google.golang.org/protobuf/proto"
 
 	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
+	"github.com/dabbrpc/dabb/transport"
 )
 
 // BenchmarkCall is one small call of an idempotent method through
@@ -81,5 +84,31 @@ func BenchmarkCodecFloor(b *testing.B) {
 		if err := gproto.Unmarshal(buf, out); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkBareTransport is the same small call as BenchmarkCall made
+// straight through a transport.Pool, with the request encoded once and the
+// reply not decoded: what BenchmarkCall adds on top of it is the client
+// chain (options, balancing, breaker, retry bookkeeping) and the codec.
+func BenchmarkBareTransport(b *testing.B) {
+	_, addr := startServer(b, newProbe())
+	pool := transport.NewPool(transport.Config{})
+	defer pool.Close()
+	payload, err := gproto.Marshal(&pb.StockRequest{Sku: "echo"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	m := &protocol.Message{Service: probeDesc.Name, Method: "Do", Payload: payload}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, 22), 0, 0)
+		m.Timeout = time.Second
+		resp, err := pool.RoundTrip(ctx, addr, m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pool.Release(resp)
 	}
 }

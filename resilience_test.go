@@ -17,13 +17,16 @@ import (
 	"time"
 
 	"github.com/dabbrpc/dabb"
+	"github.com/dabbrpc/dabb/internal/etcdtest"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
+	"github.com/dabbrpc/dabb/registry"
 	"github.com/dabbrpc/dabb/transport"
 )
 
 // The acceptance tests of the client's resilience: real servers on
-// loopback, some in processes of their own so they can be killed.
+// loopback, some in processes of their own so they can be killed, found
+// through a real etcd.
 
 // loadDuration is how long each load test runs.
 func loadDuration() time.Duration {
@@ -53,7 +56,17 @@ func TestProbeServerProcess(t *testing.T) {
 			f.Write([]byte(k + "\n"))
 		}
 	}
-	s := dabb.NewServer(dabb.WithLogger(quiet))
+	opts := []dabb.Option{dabb.WithLogger(quiet)}
+	if url := os.Getenv("DABB_PROBE_SERVER_REGISTRY"); url != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		reg, err := registry.Open(ctx, url)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, dabb.WithRegistry(reg))
+	}
+	s := dabb.NewServer(opts...)
 	if err := s.RegisterService(&probeDesc, p); err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +84,13 @@ type serverProcess struct {
 	cmd       *exec.Cmd
 }
 
-func startServerProcess(t *testing.T, dir string, n int) *serverProcess {
+// startServerProcess starts probe server number n, publishing itself to
+// the registry at regURL.
+func startServerProcess(t *testing.T, dir string, n int, regURL string) *serverProcess {
 	t.Helper()
 	sp := &serverProcess{log: filepath.Join(dir, fmt.Sprintf("server-%d.log", n))}
 	sp.cmd = exec.Command(os.Args[0], "-test.run=^TestProbeServerProcess$", "-test.timeout=10m")
-	sp.cmd.Env = append(os.Environ(), "DABB_PROBE_SERVER_LOG="+sp.log)
+	sp.cmd.Env = append(os.Environ(), "DABB_PROBE_SERVER_LOG="+sp.log, "DABB_PROBE_SERVER_REGISTRY="+regURL)
 	out, err := sp.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -156,16 +171,16 @@ func TestKillInstanceUnderLoad(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
+			regURL := "etcd://" + etcdtest.Start(t).Endpoint() + "/services?ttl=2s"
 			var procs []*serverProcess
-			var addrs []string
 			for i := range 3 {
-				sp := startServerProcess(t, dir, i)
-				procs = append(procs, sp)
-				addrs = append(addrs, sp.addr)
+				procs = append(procs, startServerProcess(t, dir, i, regURL))
 			}
-			c := newClient(t, addrs...)
+			c := proxy.NewClient(openRegistry(t, regURL), proxy.WithLogger(quiet))
+			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*loadDuration()+time.Minute)
 			defer cancel()
+			waitInstances(ctx, t, c, 3)
 			var opts []proxy.CallOption
 			if idempotent {
 				opts = append(opts, proxy.Idempotent())
