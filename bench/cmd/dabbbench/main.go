@@ -1,0 +1,52 @@
+// Command dabbbench runs the benchmark workload, a 581-byte protobuf echo,
+// on dabb and its peers (gRPC-Go, rpcx, net/rpc, Kitex and a raw-TCP
+// reference)
+// and writes one table of calls/s, latency and CPU per call.
+//
+//	cd bench && go run ./cmd/dabbbench                   # every framework, c = 1,16,128,1024
+//	go run ./cmd/dabbbench -frameworks dabb,grpc -c 1,128 -duration 3s
+//	go run ./cmd/dabbbench -payload 16k -mix=false
+//
+// Each framework's server runs in a separate process (this program with
+// -server), so the CPU time of each side is its own getrusage. The client
+// is one shared client of the framework, called back to back by C
+// goroutines (a closed loop); each point has a warm-up and then a
+// measured window. With -mix, a last point per framework measures small
+// calls while -large goroutines make 1 MiB calls on the same client.
+//
+// With -cpuprofile DIR, each framework's client and server write CPU
+// profiles there (go tool pprof DIR/dabb-server.pprof).
+//
+// The table goes to stdout and, with a CSV and an SVG chart, to -out
+// (results/bench.{md,csv,svg}, or bench-16k.* and bench-1m.* for the
+// large payloads). A progress line goes to stderr.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+)
+
+func main() {
+	if os.Getenv(roleEnv) == "server" || slices.Contains(os.Args[1:], "-server") {
+		if err := serverMain(os.Args[1:], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	cfg, err := parseFlags(os.Args[1:])
+	if err == flag.ErrHelp {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if err := run(cfg, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/dabbrpc/dabb/bench/internal/leaktest"
+)
+
+// TestMain makes the test binary stand in for the command: started as a
+// server process by a test, it serves.
+func TestMain(m *testing.M) {
+	if os.Getenv(roleEnv) == "server" {
+		if err := serverMain(os.Args[1:], os.Stdin, os.Stdout); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m, leaktest.Ignore()...)
+}
+
+// TestRun runs a short benchmark of every framework with server processes
+// and checks the table, CSV and chart it writes.
+func TestRun(t *testing.T) {
+	out := t.TempDir()
+	cfg, err := parseFlags([]string{"-c", "1,4", "-duration", "150ms", "-warmup", "50ms", "-mixc", "2", "-large", "1", "-out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run(cfg, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	md, err := os.ReadFile(filepath.Join(out, "bench.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| dabb |", "| grpc |", "| rpcx |", "| netrpc |", "| kitex |", "| raw |", "c=4", "1 MiB calls"} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("bench.md lacks %q:\n%s", want, md)
+		}
+	}
+	if !bytes.Contains(md, []byte("| c=1 calls/s, dabb ÷ raw |")) {
+		t.Errorf("bench.md lacks the targets table:\n%s", md)
+	}
+	if strings.Contains(string(md), "Errors:") {
+		t.Errorf("the run reported errors:\n%s", md)
+	}
+	f, err := os.Open(filepath.Join(out, "bench.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 6 frameworks × (2 concurrency points + alone and mixed at c=2), and a header.
+	if len(rows) != 1+6*4 {
+		t.Fatalf("bench.csv has %d rows, want %d", len(rows), 1+6*4)
+	}
+	for _, r := range rows[1:] {
+		if r[4] == "0" {
+			t.Errorf("point %v made no calls", r[:4])
+		}
+	}
+	svg, err := os.ReadFile(filepath.Join(out, "bench.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 12 {
+		t.Errorf("bench.svg: want an <svg> with 12 lines (6 frameworks × 2 panels):\n%.400s", svg)
+	}
+	if !strings.Contains(stderr.String(), "[1/24]") {
+		t.Errorf("no progress line on stderr:\n%s", stderr.String())
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		ok   bool
+	}{
+		{"defaults", nil, true},
+		{"subset", []string{"-frameworks", "dabb,raw", "-c", "1,2"}, true},
+		{"unknown framework", []string{"-frameworks", "dabb,thrift"}, false},
+		{"bad concurrency", []string{"-c", "1,x"}, false},
+		{"zero concurrency", []string{"-c", "0"}, false},
+		{"bad payload", []string{"-payload", "2m"}, false},
+		{"zero duration", []string{"-duration", "0s"}, false},
+		{"stray argument", []string{"extra"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseFlags(tc.args)
+			if tc.ok && err != nil {
+				t.Fatalf("parseFlags(%q): %v", tc.args, err)
+			}
+			if !tc.ok && !errors.Is(err, ErrUsage) {
+				t.Fatalf("parseFlags(%q) = %v, want ErrUsage", tc.args, err)
+			}
+		})
+	}
+}
+
+func TestServerProtocol(t *testing.T) {
+	for _, tc := range []struct {
+		name, framework, input string
+		wantErr                bool
+		want                   []string
+	}{
+		{"samples", "raw", "sample\nsample\n", false, []string{"addr 127.0.0.1:", "sample ", "sample "}},
+		{"unknown command", "dabb", "what\n", false, []string{"addr ", "error unknown command"}},
+		{"unknown framework", "thrift", "", true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := serverMain([]string{"-server", "-framework", tc.framework}, strings.NewReader(tc.input), &out)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatal("serverMain succeeded, want an error")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if len(lines) != len(tc.want) {
+				t.Fatalf("server said %q, want %d lines", lines, len(tc.want))
+			}
+			for i, w := range tc.want {
+				if !strings.HasPrefix(lines[i], ctlPrefix+" "+w) {
+					t.Errorf("line %d = %q, want prefix %q", i, lines[i], ctlPrefix+" "+w)
+				}
+				if strings.HasPrefix(w, "sample") {
+					if _, err := parseSample(strings.TrimPrefix(lines[i], ctlPrefix+" sample ")); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bufio"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// writeResults writes the Markdown table to stdout and the table, CSV and
+// chart to the output directory.
+func writeResults(res *results, stdout io.Writer) error {
+	if err := os.MkdirAll(res.cfg.out, 0o755); err != nil {
+		return fmt.Errorf("dabbbench: results: %w", err)
+	}
+	base := "bench"
+	if res.cfg.payload != "small" {
+		base += "-" + res.cfg.payload
+	}
+	var md strings.Builder
+	writeMarkdown(&md, res, base+".svg")
+	if _, err := io.WriteString(stdout, md.String()); err != nil {
+		return err
+	}
+	files := map[string]func(io.Writer) error{
+		base + ".md":  func(w io.Writer) error { _, err := io.WriteString(w, md.String()); return err },
+		base + ".csv": func(w io.Writer) error { return writeCSV(w, res) },
+		base + ".svg": func(w io.Writer) error { return writeSVG(w, res) },
+	}
+	for name, write := range files {
+		if err := writeFile(filepath.Join(res.cfg.out, name), write); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "\nwritten: %s\n", filepath.Join(res.cfg.out, base+".{md,csv,svg}"))
+	return nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("dabbbench: results: %w", err)
+	}
+	bw := bufio.NewWriter(f)
+	err = write(bw)
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("dabbbench: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// mainPoints returns the points of the concurrency sweep.
+func (res *results) mainPoints() []point {
+	var pts []point
+	for _, p := range res.points {
+		if p.Large == 0 && p.Payload == res.cfg.payload {
+			pts = append(pts, p)
+		}
+	}
+	return pts
+}
+
+// find returns the sweep point of framework at concurrency c.
+func (res *results) find(framework string, c int) (point, bool) {
+	for _, p := range res.mainPoints() {
+		if p.Framework == framework && p.C == c {
+			return p, true
+		}
+	}
+	return point{}, false
+}
+
+// mixPair returns a framework's small-only and mixed points at -mixc.
+func (res *results) mixPair(framework string) (alone, mixed point, ok bool) {
+	var a, m bool
+	for _, p := range res.points {
+		if p.Framework != framework || p.C != res.cfg.mixC || p.Payload != "small" {
+			continue
+		}
+		if p.Large == 0 {
+			alone, a = p, true
+		} else {
+			mixed, m = p, true
+		}
+	}
+	return alone, mixed, a && m
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+func payloadDesc(p string) string {
+	switch p {
+	case "16k":
+		return "16 KiB BenchmarkMessage (padded)"
+	case "1m":
+		return "1 MiB BenchmarkMessage (padded)"
+	}
+	return "581-byte BenchmarkMessage"
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+}
+
+func writeMarkdown(w io.Writer, res *results, chart string) {
+	cfg := res.cfg
+	fmt.Fprintf(w, "## dabbbench: %s echo, closed loop, one shared client\n\n", payloadDesc(cfg.payload))
+	fmt.Fprintf(w, "Command: `cd bench && go run ./cmd/dabbbench %s`  \n", strings.Join(cfg.args, " "))
+	fmt.Fprintf(w, "Run %s, %v; %s, %d CPUs, %s/%s, %s; load average %s before, %s after.  \n",
+		res.start.Format("2006-01-02 15:04 MST"), res.end.Sub(res.start).Round(time.Second), cpuModel(),
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), res.loadFrom, res.loadTo)
+	fmt.Fprintf(w, "Per point: %v warm-up, %v measured. Server in its own process on 127.0.0.1; CPU from getrusage of each process, system calls from /proc/self/io.\n\n",
+		cfg.warmup, cfg.duration)
+
+	fmt.Fprintln(w, "calls/s:")
+	fmt.Fprintln(w)
+	pivot(w, res, func(p point) string { return fmt.Sprintf("%.0f", p.rate()) })
+	fmt.Fprintln(w, "\np99 latency:")
+	fmt.Fprintln(w)
+	pivot(w, res, func(p point) string { return fmtDur(p.P99) })
+	fmt.Fprintln(w, "\nCPU µs per call, client + server:")
+	fmt.Fprintln(w)
+	pivot(w, res, func(p point) string { return fmt.Sprintf("%.1f", p.usPerCall()) })
+
+	fmt.Fprintf(w, "\nEvery point ([chart](%s)):\n\n", chart)
+	fmt.Fprintln(w, "| framework | c | calls/s | p50 | p99 | p99.9 | client CPU s/100k | server CPU s/100k | read+write syscalls/call | errors |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, p := range res.mainPoints() {
+		r, wr := p.syscallsPerCall()
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %.2f | %.2f | %.2f+%.2f | %d |\n", p.Framework, p.C, p.rate(),
+			fmtDur(p.P50), fmtDur(p.P99), fmtDur(p.P999), p.per100k(p.ClientCPU), p.per100k(p.ServerCPU), r, wr, p.Errors)
+	}
+	if cfg.mix {
+		fmt.Fprintf(w, "\nSmall calls (c=%d) alone, and with %d goroutines making 1 MiB calls on the same client:\n\n", cfg.mixC, cfg.large)
+		fmt.Fprintln(w, "| framework | small p99 alone | small p99 with 1 MiB calls | ratio | small calls/s alone | with | 1 MiB calls/s | 1 MiB p99 |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+		for _, f := range cfg.frameworks {
+			a, m, ok := res.mixPair(f.Name)
+			if !ok {
+				continue
+			}
+			ratio := 0.0
+			if a.P99 > 0 {
+				ratio = float64(m.P99) / float64(a.P99)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %.1f× | %.0f | %.0f | %.0f | %s |\n", f.Name, fmtDur(a.P99), fmtDur(m.P99),
+				ratio, a.rate(), m.rate(), float64(m.LargeN)/m.Window.Seconds(), fmtDur(m.LargeP99))
+		}
+	}
+	writeTargets(w, res)
+	var errs []string
+	for _, p := range res.points {
+		if p.FirstErr != "" {
+			errs = append(errs, fmt.Sprintf("- %s c=%d: %d errors, first: %s", p.Framework, p.C, p.Errors, p.FirstErr))
+		}
+	}
+	errs = append(errs, prefixAll("- not measured: ", res.skipped)...)
+	if len(errs) > 0 {
+		fmt.Fprintln(w, "\nErrors:")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, strings.Join(errs, "\n"))
+	}
+	fmt.Fprintln(w, "\nSetups:")
+	fmt.Fprintln(w)
+	for _, f := range cfg.frameworks {
+		fmt.Fprintf(w, "- %s: %s\n", f.Name, f.Setup)
+	}
+}
+
+func prefixAll(prefix string, s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = prefix + v
+	}
+	return out
+}
+
+// pivot writes a framework × concurrency table of cell(point).
+func pivot(w io.Writer, res *results, cell func(point) string) {
+	fmt.Fprint(w, "| framework |")
+	for _, c := range res.cfg.conc {
+		fmt.Fprintf(w, " c=%d |", c)
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range res.cfg.conc {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	for _, f := range res.cfg.frameworks {
+		fmt.Fprintf(w, "| %s |", f.Name)
+		for _, c := range res.cfg.conc {
+			v := "-"
+			if p, ok := res.find(f.Name, c); ok {
+				v = cell(p)
+			}
+			fmt.Fprintf(w, " %s |", v)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func writeCSV(w io.Writer, res *results) error {
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"framework", "payload", "c", "large", "calls", "window_s", "calls_per_s",
+		"p50_us", "p99_us", "p999_us", "max_us", "client_cpu_s_per_100k", "server_cpu_s_per_100k",
+		"cpu_us_per_call", "client_reads_per_call", "client_writes_per_call",
+		"server_reads_per_call", "server_writes_per_call", "errors", "first_error", "large_calls", "large_p99_us"})
+	us := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e3, 'f', 1, 64) }
+	f2 := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
+	for _, p := range res.points {
+		per := func(n uint64) string {
+			if p.Calls == 0 {
+				return "0"
+			}
+			return f2(float64(n) / float64(p.Calls))
+		}
+		cw.Write([]string{p.Framework, p.Payload, strconv.Itoa(p.C), strconv.Itoa(p.Large),
+			strconv.FormatUint(p.Calls, 10), f2(p.Window.Seconds()), f2(p.rate()),
+			us(p.P50), us(p.P99), us(p.P999), us(p.Max), f2(p.per100k(p.ClientCPU)), f2(p.per100k(p.ServerCPU)),
+			f2(p.usPerCall()), per(p.Client.sysr), per(p.Client.sysw), per(p.Server.sysr), per(p.Server.sysw),
+			strconv.FormatUint(p.Errors, 10), p.FirstErr,
+			strconv.FormatUint(p.LargeN, 10), us(p.LargeP99)})
+	}
+	cw.Flush()
+	return cw.Error()
+}

@@ -1,0 +1,12 @@
+// Package bench measures dabb against gRPC-Go, rpcx, net/rpc, Kitex and a raw-TCP
+// reference on one workload, the 581-byte BenchmarkMessage echo of the rpcx
+// and Kitex benchmarks. It is its own module, so the peers never enter
+// dabb's go.mod.
+//
+//	cd bench
+//	go run ./cmd/dabbbench                     # the table, CSV and chart in results/
+//	go test -run '^$' -bench . -benchmem       # allocations per call, in one process
+//
+// The frameworks live in bench/frameworks, the message in bench/proto, the
+// dabb service in bench/echo.
+package bench

@@ -1,0 +1,71 @@
+// Package frameworks runs the benchmark workload on each RPC framework the
+// bench compares: a server that answers Echo and a client that calls it,
+// both on the framework's recommended default setup.
+//
+//	f, err := frameworks.Lookup("grpc")
+//	srv, err := f.Serve(listener) // in the server process
+//	defer srv.Close()
+//	c, err := f.Dial(addr)        // in the client process, shared by every caller
+//	defer c.Close()
+//	reply, err := c.Echo(ctx, benchpb.NewMessage(0))
+package frameworks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	benchpb "github.com/dabbrpc/dabb/bench/proto"
+)
+
+// ErrUnknown reports a framework name that is not in All.
+var ErrUnknown = errors.New("frameworks: unknown framework")
+
+// Framework is one RPC framework under test.
+type Framework struct {
+	// Name is the short name used by flags and in tables.
+	Name string
+	// Setup says how the framework is configured: version, codec,
+	// connections.
+	Setup string
+	// Serve serves Echo on l until the returned server is closed.
+	Serve func(l net.Listener) (io.Closer, error)
+	// Dial returns a client of the server at addr, safe for concurrent
+	// use.
+	Dial func(addr string) (Client, error)
+}
+
+// Client calls Echo.
+type Client interface {
+	// Echo sends req and returns the server's reply.
+	Echo(ctx context.Context, req *benchpb.BenchmarkMessage) (*benchpb.BenchmarkMessage, error)
+	// Close releases the client's connections.
+	Close() error
+}
+
+// All lists the frameworks in table order.
+func All() []Framework {
+	return []Framework{Dabb(), GRPC(), RPCX(), NetRPC(), Kitex(), Raw()}
+}
+
+// Names returns the names of All, comma-separated.
+func Names() string {
+	var names []string
+	for _, f := range All() {
+		names = append(names, f.Name)
+	}
+	return strings.Join(names, ",")
+}
+
+// Lookup returns the framework called name.
+func Lookup(name string) (Framework, error) {
+	for _, f := range All() {
+		if f.Name == name {
+			return f, nil
+		}
+	}
+	return Framework{}, fmt.Errorf("%w %q (have %s)", ErrUnknown, name, Names())
+}
