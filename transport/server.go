@@ -22,6 +22,12 @@ import (
 // serialization id) and encodes it after ServeRPC returns, then reuses both
 // messages: neither may be kept after ServeRPC returns.
 //
+// resp.Payload arrives empty but with the capacity of an earlier response,
+// so that encoding into it allocates nothing: append to it
+// (resp.Payload = append(resp.Payload[:0], ...)). The transport reuses
+// whatever resp.Payload holds once the response is written, so a handler
+// that assigns a slice of its own must not touch that slice again.
+//
 // ctx carries the request's deadline when it came with a budget, and is
 // cancelled when the server is closed, and, for a two-way request, when
 // the client sends the cancel event for it: the caller gave up. Either
@@ -448,7 +454,9 @@ func putServerCall(call *serverCall) {
 	}
 	call.sc = nil
 	call.req.Reset()
+	payload := call.resp.Payload[:0] // the next handler encodes into it
 	call.resp.Reset()
+	call.resp.Payload = payload
 	call.reuseCtx()
 	call.cancelled.Store(false)
 	serverCallPool.Put(call)

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -145,6 +146,12 @@ func (w *frameWriter) flushOrReturn() error {
 		return nil
 	}
 	w.flushing = true
+	// Yield once before the first write: callers that are runnable now
+	// append their frames meanwhile and leave in the same syscall. With
+	// nothing else runnable (one caller at a time) it returns at once.
+	w.mu.Unlock()
+	runtime.Gosched()
+	w.mu.Lock()
 	return w.flushLoop()
 }
 
