@@ -28,6 +28,7 @@ type config struct {
 	large      int
 	out        string
 	profile    string // directory for CPU profiles, or ""
+	readme     string // a Markdown file whose dabbbench block gets the table, or ""
 	args       []string
 }
 
@@ -45,6 +46,7 @@ func parseFlags(args []string) (config, error) {
 	mixC := fs.Int("mixc", 16, "small-call goroutines of the -mix point")
 	large := fs.Int("large", 2, "1 MiB-call goroutines of the -mix point")
 	out := fs.String("out", "results", "directory for the table, CSV and chart")
+	readme := fs.String("readme", "", "also put the table into this Markdown file, between <!-- dabbbench:start --> and <!-- dabbbench:end -->")
 	profile := fs.String("cpuprofile", "", "directory to write CPU profiles to: <framework>-client.pprof and <framework>-server.pprof")
 	fs.Bool("server", false, "run as a framework's server process (used by the command itself)")
 	fs.String("framework", "", "with -server: the framework to serve")
@@ -55,7 +57,7 @@ func parseFlags(args []string) (config, error) {
 		return config{}, fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
 	}
 	cfg := config{duration: *duration, warmup: *warmup, payload: *payload, mix: *mix,
-		mixC: *mixC, large: *large, out: *out, profile: *profile, args: args}
+		mixC: *mixC, large: *large, out: *out, profile: *profile, readme: *readme, args: args}
 	for _, n := range strings.Split(*names, ",") {
 		f, err := frameworks.Lookup(strings.TrimSpace(n))
 		if err != nil {

@@ -150,3 +150,18 @@ func TestServerProtocol(t *testing.T) {
 		})
 	}
 }
+
+func TestReplaceBlock(t *testing.T) {
+	doc := "# T\n\n" + readmeStart + "\nold\n" + readmeEnd + "\ntail\n"
+	got, err := replaceBlock(doc, "new table\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# T\n\n" + readmeStart + "\nnew table\n" + readmeEnd + "\ntail\n"
+	if got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if _, err := replaceBlock("no markers", "x"); err == nil {
+		t.Fatal("a document without markers was accepted")
+	}
+}

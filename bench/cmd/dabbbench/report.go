@@ -39,7 +39,56 @@ func writeResults(res *results, stdout io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "\nwritten: %s\n", filepath.Join(res.cfg.out, base+".{md,csv,svg}"))
+	if res.cfg.readme != "" {
+		from, err := filepath.Abs(filepath.Dir(res.cfg.readme))
+		if err != nil {
+			return fmt.Errorf("dabbbench: -readme: %w", err)
+		}
+		to, err := filepath.Abs(res.cfg.out)
+		if err != nil {
+			return fmt.Errorf("dabbbench: -readme: %w", err)
+		}
+		rel, err := filepath.Rel(from, to)
+		if err != nil {
+			return fmt.Errorf("dabbbench: -readme: %w", err)
+		}
+		var block strings.Builder
+		writeMarkdown(&block, res, filepath.ToSlash(filepath.Join(rel, base+".svg")))
+		if err := updateReadme(res.cfg.readme, block.String()); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "updated: %s\n", res.cfg.readme)
+	}
 	return nil
+}
+
+// The markers around the block of a Markdown file that -readme rewrites.
+const (
+	readmeStart = "<!-- dabbbench:start -->"
+	readmeEnd   = "<!-- dabbbench:end -->"
+)
+
+// updateReadme replaces what stands between the markers in path with
+// block, so the numbers there always come from a run, never from a hand.
+func updateReadme(path, block string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("dabbbench: -readme: %w", err)
+	}
+	out, err := replaceBlock(string(data), block)
+	if err != nil {
+		return fmt.Errorf("dabbbench: -readme %s: %w", path, err)
+	}
+	return writeFile(path, func(w io.Writer) error { _, err := io.WriteString(w, out); return err })
+}
+
+func replaceBlock(doc, block string) (string, error) {
+	i := strings.Index(doc, readmeStart)
+	j := strings.Index(doc, readmeEnd)
+	if i < 0 || j < i {
+		return "", fmt.Errorf("no %s ... %s block", readmeStart, readmeEnd)
+	}
+	return doc[:i+len(readmeStart)] + "\n" + strings.TrimSpace(block) + "\n" + doc[j:], nil
 }
 
 func writeFile(path string, write func(io.Writer) error) error {
