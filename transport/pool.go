@@ -26,6 +26,13 @@ type Config struct {
 	// ConnsPerAddr is the number of connections kept to each address;
 	// calls are spread over them round robin. Default 2.
 	ConnsPerAddr int
+	// LargeMessage: a request whose payload is at least this many bytes
+	// goes over a connection of its own to its address (dialed when the
+	// first such request comes), so that a large frame, and its large
+	// response, never sit in front of small calls on one TCP stream.
+	// Default 64 KiB; negative sends every request over the shared
+	// connections.
+	LargeMessage int
 	// DialTimeout bounds one dial. Default 3s.
 	DialTimeout time.Duration
 	// HeartbeatInterval: a connection that read nothing for this long
@@ -72,6 +79,9 @@ type Pool struct {
 // NewPool returns a Pool. It does no I/O: connections are dialed on the
 // first RoundTrip to each address.
 func NewPool(cfg Config) *Pool {
+	if cfg.LargeMessage == 0 {
+		cfg.LargeMessage = 64 << 10
+	}
 	if cfg.ConnsPerAddr <= 0 {
 		cfg.ConnsPerAddr = 2
 	}
@@ -146,7 +156,12 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 			return nil, err
 		}
 	}
-	i := int(e.rr.Add(1)) % len(e.slots)
+	var i int
+	if large := p.cfg.LargeMessage; large > 0 && len(req.Payload) >= large {
+		i = p.cfg.ConnsPerAddr
+	} else {
+		i = int(e.rr.Add(1)) % p.cfg.ConnsPerAddr
+	}
 	c := e.slots[i].Load()
 	if !c.usable() || e.readOnly.Load() {
 		var err error
@@ -208,7 +223,11 @@ func (p *Pool) endpoint(addr string) (*endpoint, error) {
 	if e := old[addr]; e != nil {
 		return e, nil
 	}
-	e := &endpoint{p: p, addr: addr, slots: make([]atomic.Pointer[clientConn], p.cfg.ConnsPerAddr)}
+	n := p.cfg.ConnsPerAddr
+	if p.cfg.LargeMessage > 0 {
+		n++ // the last slot carries the large requests
+	}
+	e := &endpoint{p: p, addr: addr, slots: make([]atomic.Pointer[clientConn], n)}
 	m := make(map[string]*endpoint, len(old)+1)
 	for k, v := range old {
 		m[k] = v
