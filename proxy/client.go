@@ -400,36 +400,37 @@ func (c *Client) retryable(ctx context.Context, call *Call, err error, attempt i
 // attempt sends one attempt to call.Addr through its breaker and reports
 // the outcome to the balancer.
 func (c *Client) attempt(ctx context.Context, call *Call, done balancer.Done) error {
+	return c.guarded(call, call.Addr, done, func() error { return c.send(ctx, call) })
+}
+
+// guarded runs one attempt to addr under addr's circuit breaker, then
+// reports its outcome to the balancer (done) and the observer. A breaker
+// that refuses the attempt makes it fail as not sent.
+func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func() error) error {
 	start := time.Now()
 	var err error
 	if c.breakers.cfg.Disabled {
-		err = c.send(ctx, call)
+		err = run()
 	} else {
-		var berr error
 		ran := false
-		_, berr = c.breakers.get(call.Addr).cb.Execute(func() (struct{}, error) {
+		_, berr := c.breakers.get(addr).cb.Execute(func() (struct{}, error) {
 			ran = true
-			err = c.send(ctx, call)
+			err = run()
 			return struct{}{}, err
 		})
 		if !ran {
-			done(0, nil)
-			err = &protocol.Error{Status: protocol.StatusChannelInactive, Msg: call.Addr,
+			err = &protocol.Error{Status: protocol.StatusChannelInactive, Msg: addr,
 				Err: fmt.Errorf("%w: %w: %w", transport.ErrNotSent, errBreakerOpen, berr)}
-			if c.opts.observer != nil {
-				c.opts.observer.Attempted(call.Service, call.Method, call.Addr, protocol.StatusChannelInactive, 0)
-			}
-			return err
 		}
 	}
 	latency := time.Since(start)
-	if instanceFailure(err) {
+	if instanceFailure(err) && !errors.Is(err, errBreakerOpen) {
 		done(latency, err)
 	} else {
 		done(latency, nil)
 	}
 	if c.opts.observer != nil {
-		c.opts.observer.Attempted(call.Service, call.Method, call.Addr, protocol.StatusOf(err), latency)
+		c.opts.observer.Attempted(call.Service, call.Method, addr, protocol.StatusOf(err), latency)
 	}
 	return err
 }

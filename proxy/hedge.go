@@ -29,33 +29,12 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 	defer cancel()
 	launch := func(in registry.Instance, done balancer.Done) {
 		go func() {
-			start := time.Now()
 			var resp *protocol.Message
-			var err error
-			ran := false
-			if c.breakers.cfg.Disabled {
-				ran = true
+			err := c.guarded(call, in.Addr, done, func() error {
+				var err error
 				resp, err = c.exchange(ctx, call, in.Addr)
-			} else {
-				_, berr := c.breakers.get(in.Addr).cb.Execute(func() (struct{}, error) {
-					ran = true
-					resp, err = c.exchange(ctx, call, in.Addr)
-					return struct{}{}, err
-				})
-				if !ran {
-					err = &protocol.Error{Status: protocol.StatusChannelInactive, Msg: in.Addr,
-						Err: fmt.Errorf("%w: %w: %w", transport.ErrNotSent, errBreakerOpen, berr)}
-				}
-			}
-			latency := time.Since(start)
-			if instanceFailure(err) {
-				done(latency, err)
-			} else {
-				done(latency, nil)
-			}
-			if c.opts.observer != nil {
-				c.opts.observer.Attempted(call.Service, call.Method, in.Addr, protocol.StatusOf(err), latency)
-			}
+				return err
+			})
 			results <- hedgeResult{resp, err, in.Addr}
 		}()
 	}
