@@ -24,23 +24,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dabbrpc/dabb/internal/proctest"
 )
 
 const (
 	// readyTimeout bounds how long a server may take to report healthy.
 	readyTimeout = 15 * time.Second
-	// stopTimeout bounds a graceful stop before the process is killed.
-	stopTimeout = 10 * time.Second
 	// logTail is how much of the server's output is kept for failures.
 	logTail = 16 << 10
 )
@@ -52,11 +50,8 @@ type Server struct {
 	name       string
 	clientPort int
 	peerPort   int
-
-	mu   sync.Mutex // guards following
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
-	log  *tail
+	proc       proctest.Process
+	log        atomic.Pointer[proctest.Tail] // the output of the latest start
 }
 
 // Start starts a server on free ports in a new temporary data directory,
@@ -76,11 +71,7 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-var shared struct {
-	mu  sync.Mutex // guards following
-	srv *Server
-	err error
-}
+var shared proctest.Shared[Server]
 
 // Shared returns the package's shared server, starting it on first use.
 // It lives until the wrapper from [WithShared] stops it after all tests
@@ -89,25 +80,21 @@ var shared struct {
 func Shared(t testing.TB) *Server {
 	t.Helper()
 	bin := binary(t)
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.srv == nil && shared.err == nil {
+	s, err := shared.Get(func() (*Server, error) {
 		s, err := newServer(bin)
-		if err == nil {
-			if err = s.start(); err != nil {
-				s.destroy()
-			}
-		}
 		if err != nil {
-			shared.err = err
-		} else {
-			shared.srv = s
+			return nil, err
 		}
+		if err := s.start(); err != nil {
+			s.destroy()
+			return nil, err
+		}
+		return s, nil
+	})
+	if err != nil {
+		t.Fatalf("etcdtest: shared server: %v", err)
 	}
-	if shared.err != nil {
-		t.Fatalf("etcdtest: shared server: %v", shared.err)
-	}
-	return shared.srv
+	return s
 }
 
 // WithShared wraps a testing.M so that running it also stops the shared
@@ -115,21 +102,8 @@ func Shared(t testing.TB) *Server {
 //
 //	goleak.VerifyTestMain(etcdtest.WithShared(m))
 func WithShared(m interface{ Run() int }) interface{ Run() int } {
-	return runFunc(func() int {
-		code := m.Run()
-		shared.mu.Lock()
-		if shared.srv != nil {
-			shared.srv.destroy()
-			shared.srv = nil
-		}
-		shared.mu.Unlock()
-		return code
-	})
+	return shared.Wrap(m, (*Server).destroy)
 }
-
-type runFunc func() int
-
-func (f runFunc) Run() int { return f() }
 
 // binary finds the etcd binary or ends the test.
 func binary(t testing.TB) string {
@@ -139,10 +113,7 @@ func binary(t testing.TB) string {
 	}
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("etcd not installed (CI=true): apt-get install -y etcd-server, or set ETCD_BIN")
-		}
-		t.Skip("etcd not installed: apt-get install -y etcd-server")
+		proctest.Missing(t, "etcd not installed: apt-get install -y etcd-server, or set ETCD_BIN")
 	}
 	return bin
 }
@@ -169,7 +140,7 @@ func (s *Server) Ctl(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 func newServer(bin string) (*Server, error) {
-	ports, err := freePorts(2)
+	ports, err := proctest.FreePorts(2, 2379, 2380) // never etcd's defaults
 	if err != nil {
 		return nil, err
 	}
@@ -190,20 +161,6 @@ func newServer(bin string) (*Server, error) {
 		clientPort: ports[0],
 		peerPort:   ports[1],
 	}, nil
-}
-
-// freePorts returns n distinct ports free on 127.0.0.1 at the moment.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // Endpoint returns the client address, host:port.
@@ -231,50 +188,23 @@ func (s *Server) Start(t testing.TB) {
 
 // Stop stops the server gracefully (SIGTERM), killing it if it has not
 // exited within 10 s, and waits for it to exit.
-func (s *Server) Stop() {
-	s.signal(syscall.SIGTERM)
-}
+func (s *Server) Stop() { s.proc.Stop() }
 
 // Kill kills the server (SIGKILL) and waits for it to exit.
-func (s *Server) Kill() {
-	s.signal(syscall.SIGKILL)
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Running reports whether the server process is running.
-func (s *Server) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done == nil {
-		return false
-	}
-	select {
-	case <-s.done:
-		return false
-	default:
-		return true
-	}
-}
+func (s *Server) Running() bool { return s.proc.Running() }
 
 // Log returns the end of the server's output.
 func (s *Server) Log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.log == nil {
-		return ""
+	if log := s.log.Load(); log != nil {
+		return log.String()
 	}
-	return s.log.String()
+	return ""
 }
 
 func (s *Server) start() error {
-	s.mu.Lock()
-	if s.done != nil {
-		select {
-		case <-s.done:
-		default:
-			s.mu.Unlock()
-			return errors.New("server already running")
-		}
-	}
 	client := "http://127.0.0.1:" + strconv.Itoa(s.clientPort)
 	peer := "http://127.0.0.1:" + strconv.Itoa(s.peerPort)
 	cmd := exec.Command(s.bin,
@@ -293,52 +223,23 @@ func (s *Server) start() error {
 		"--log-outputs=stderr",
 		"--log-level=warn",
 	)
-	log := &tail{max: logTail}
+	log := proctest.NewTail(logTail)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		s.mu.Unlock()
-		return fmt.Errorf("start %s: %w", s.bin, err)
+	cmd.WaitDelay = time.Second // the copying goroutines end soon after etcd
+	hc := &http.Client{Timeout: time.Second}
+	url := s.URL() + "/health"
+	err := s.proc.Start(cmd, readyTimeout, func(ctx context.Context) error { return health(ctx, hc, url) })
+	if errors.Is(err, proctest.ErrRunning) {
+		return err
 	}
-	done := make(chan struct{})
-	s.cmd, s.done, s.log = cmd, done, log
-	s.mu.Unlock()
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	if err := s.waitReady(done); err != nil {
-		s.Kill()
-		return fmt.Errorf("%w\n--- etcd log tail ---\n%s", err, log.String())
+	s.log.Store(log)
+	if err != nil {
+		return fmt.Errorf("etcd: %w\n--- etcd log tail ---\n%s", err, log.String())
 	}
 	return nil
 }
 
-// waitReady polls /health until it reports {"health":"true"}.
-func (s *Server) waitReady(exited <-chan struct{}) error {
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
-	hc := &http.Client{Timeout: time.Second}
-	url := s.URL() + "/health"
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		last = health(ctx, hc, url)
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("etcd exited before it was healthy (last check: %v)", last)
-		case <-ctx.Done():
-			return fmt.Errorf("etcd not healthy after %v: %v", readyTimeout, last)
-		case <-tick.C:
-		}
-	}
-}
-
+// health reports whether /health at url says {"health":"true"}.
 func health(ctx context.Context, hc *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -365,54 +266,8 @@ func health(ctx context.Context, hc *http.Client, url string) error {
 	return nil
 }
 
-// signal sends sig to the server's process group and waits for it to
-// exit, killing it after stopTimeout.
-func (s *Server) signal(sig syscall.Signal) {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, sig)
-	select {
-	case <-done:
-	case <-time.After(stopTimeout):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-}
-
 // destroy kills the server and removes its data.
 func (s *Server) destroy() {
 	s.Kill()
 	_ = os.RemoveAll(s.dir)
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex // guards following
-	max int
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }

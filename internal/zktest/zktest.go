@@ -35,10 +35,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dabbrpc/dabb/internal/proctest"
 )
 
 const (
@@ -47,8 +47,6 @@ const (
 	TickTime = 200 * time.Millisecond
 	// readyTimeout bounds how long a server may take to answer ruok.
 	readyTimeout = 30 * time.Second
-	// stopTimeout bounds a graceful stop before the process is killed.
-	stopTimeout = 10 * time.Second
 	// logTailBytes is how much of the server's log failures show.
 	logTailBytes = 4 << 10
 )
@@ -66,10 +64,7 @@ type Server struct {
 	classpath string
 	dir       string // holds zoo.cfg, data/ and server.log
 	port      int
-
-	mu   sync.Mutex // guards following
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	proc      proctest.Process
 }
 
 // Start starts a server on a free port in a new temporary directory, waits
@@ -89,11 +84,7 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-var shared struct {
-	mu  sync.Mutex // guards following
-	srv *Server
-	err error
-}
+var shared proctest.Shared[Server]
 
 // Shared returns the package's shared server, starting it on first use. It
 // lives until the wrapper from [WithShared] stops it after all tests (or,
@@ -102,25 +93,21 @@ var shared struct {
 func Shared(t testing.TB) *Server {
 	t.Helper()
 	java, cp := install(t)
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.srv == nil && shared.err == nil {
+	s, err := shared.Get(func() (*Server, error) {
 		s, err := newServer(java, cp)
-		if err == nil {
-			if err = s.start(); err != nil {
-				s.destroy()
-			}
-		}
 		if err != nil {
-			shared.err = err
-		} else {
-			shared.srv = s
+			return nil, err
 		}
+		if err := s.start(); err != nil {
+			s.destroy()
+			return nil, err
+		}
+		return s, nil
+	})
+	if err != nil {
+		t.Fatalf("zktest: shared server: %v", err)
 	}
-	if shared.err != nil {
-		t.Fatalf("zktest: shared server: %v", shared.err)
-	}
-	return shared.srv
+	return s
 }
 
 // WithShared wraps a testing.M so that running it also stops the shared
@@ -128,31 +115,15 @@ func Shared(t testing.TB) *Server {
 //
 //	goleak.VerifyTestMain(zktest.WithShared(m))
 func WithShared(m interface{ Run() int }) interface{ Run() int } {
-	return runFunc(func() int {
-		code := m.Run()
-		shared.mu.Lock()
-		defer shared.mu.Unlock()
-		if shared.srv != nil {
-			shared.srv.destroy()
-			shared.srv = nil
-		}
-		return code
-	})
+	return shared.Wrap(m, (*Server).destroy)
 }
-
-type runFunc func() int
-
-func (f runFunc) Run() int { return f() }
 
 // install finds java and the server's class path, or ends the test.
 func install(t testing.TB) (java, classpath string) {
 	t.Helper()
 	java, cp, err := lookup()
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("zktest: %v", err)
-		}
-		t.Skipf("zookeeper not installed: apt-get install -y zookeeper (%v)", err)
+		proctest.Missing(t, "zookeeper not installed: apt-get install -y zookeeper (%v)", err)
 	}
 	return java, cp
 }
@@ -180,11 +151,12 @@ func newServer(java, classpath string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	ports, err := proctest.FreePorts(1, 2181) // never ZooKeeper's default
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	port := ports[0]
 	s := &Server{java: java, classpath: classpath, dir: dir, port: port}
 	cfg := strings.Join([]string{
 		"tickTime=" + strconv.Itoa(int(TickTime/time.Millisecond)),
@@ -206,23 +178,6 @@ func newServer(java, classpath string) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// freePort returns a port free on 127.0.0.1 at the moment, never
-// ZooKeeper's default 2181.
-func freePort() (int, error) {
-	for range 10 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("find a free port: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port != 2181 {
-			return port, nil
-		}
-	}
-	return 0, errors.New("find a free port: only 2181 was offered")
 }
 
 func (s *Server) configPath() string { return filepath.Join(s.dir, "zoo.cfg") }
@@ -248,26 +203,13 @@ func (s *Server) Start(t testing.TB) {
 // Stop stops the server gracefully (SIGTERM), killing it if it has not
 // exited within 10 s, and waits for it to exit. Sessions and ephemeral
 // nodes survive in the data directory for the next Start.
-func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
+func (s *Server) Stop() { s.proc.Stop() }
 
 // Kill kills the server (SIGKILL) and waits for it to exit.
-func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Running reports whether the server process is running.
-func (s *Server) Running() bool {
-	s.mu.Lock()
-	done := s.done
-	s.mu.Unlock()
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return false
-	default:
-		return true
-	}
-}
+func (s *Server) Running() bool { return s.proc.Running() }
 
 // Log returns the end of the server's log.
 func (s *Server) Log() string {
@@ -316,14 +258,8 @@ func (s *Server) CLI(ctx context.Context, args ...string) (string, error) {
 }
 
 func (s *Server) start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
-		select {
-		case <-s.done:
-		default:
-			return errors.New("start: server already running")
-		}
+	if s.proc.Running() {
+		return proctest.ErrRunning // before the log file is touched
 	}
 	logf, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -338,46 +274,16 @@ func (s *Server) start() error {
 	cmd.Dir = s.dir
 	// An *os.File, not a buffer: exec starts no copying goroutines.
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.java, err)
-	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	s.cmd, s.done = cmd, done
-	if err := s.waitReady(done); err != nil {
-		killGroup(cmd.Process, syscall.SIGKILL)
-		<-done
+	err = s.proc.Start(cmd, readyTimeout, func(context.Context) error { return s.probe() })
+	if err != nil && !errors.Is(err, proctest.ErrRunning) {
 		return fmt.Errorf("server on %s: %w\n--- server log (tail) ---\n%s", s.Addr(), err, s.Log())
 	}
-	return nil
+	return err
 }
 
-// waitReady sends ruok until the server answers imok, then srvr until it
+// probe sends ruok until the server answers imok, then srvr until it
 // reports its mode: ruok is answered as soon as the port is open, srvr only
 // once the server serves requests.
-func (s *Server) waitReady(exited <-chan struct{}) error {
-	deadline := time.Now().Add(readyTimeout)
-	var last error
-	for {
-		last = s.probe()
-		if last == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready within %v: %w", readyTimeout, last)
-		}
-		select {
-		case <-exited:
-			return errors.New("process exited before it was ready")
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 func (s *Server) probe() error {
 	ok, err := FourLetter(s.Addr(), "ruok", time.Second)
 	if err != nil {
@@ -415,29 +321,6 @@ func FourLetter(addr, cmd string, timeout time.Duration) (string, error) {
 		return "", err
 	}
 	return string(b), nil
-}
-
-// signal sends sig to the server's process group and waits for it to exit,
-// killing it after stopTimeout.
-func (s *Server) signal(sig syscall.Signal) {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	killGroup(cmd.Process, sig)
-	select {
-	case <-done:
-	case <-time.After(stopTimeout):
-		killGroup(cmd.Process, syscall.SIGKILL)
-		<-done
-	}
 }
 
 // destroy kills the server and removes its directory.

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package zktest
+package proctest
 
 import (
 	"os"
@@ -13,5 +13,5 @@ func sysProcAttr() *syscall.SysProcAttr { return nil }
 
 // killGroup sends sig to the process.
 func killGroup(p *os.Process, sig syscall.Signal) {
-	p.Signal(sig)
+	_ = p.Signal(sig)
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package zktest
+package proctest
 
 import (
 	"os"
@@ -16,9 +16,10 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-// killGroup sends sig to the process group p leads.
+// killGroup sends sig to the process group p leads, or to p alone when
+// that fails.
 func killGroup(p *os.Process, sig syscall.Signal) {
 	if err := syscall.Kill(-p.Pid, sig); err != nil {
-		p.Signal(sig)
+		_ = p.Signal(sig)
 	}
 }
