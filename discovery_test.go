@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -184,4 +185,38 @@ func TestSnapshotClientProcess(t *testing.T) {
 		}
 	}
 	fmt.Println("snapshot client: 20 calls ok")
+}
+
+// TestServeFailsWhenRegistryIsDown: a server that cannot publish itself
+// says so at start, within the registry's request timeout, instead of
+// serving unseen; its listener is closed.
+func TestServeFailsWhenRegistryIsDown(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	reg := openRegistry(t, "etcd://"+dead+"/services?timeout=500ms&dial_timeout=200ms")
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	sl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = s.Serve(sl)
+	if err == nil || !strings.Contains(err.Error(), "publish test.Probe") {
+		t.Fatalf("Serve with the registry down returned %v, want a publish error", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("Serve took %v to give up", el)
+	}
+	if c, err := net.DialTimeout("tcp", sl.Addr().String(), time.Second); err == nil {
+		c.Close()
+		t.Fatal("the listener is still open after Serve failed")
+	}
+	s.Close()
 }
