@@ -56,5 +56,7 @@
 //
 // The server bounds running handlers with [ServerConfig.MaxConcurrent] and
 // answers status 100 at once when full; a request whose budget is spent
-// gets 31 without running; a handler panic becomes 70 for that call only.
+// gets 31 without running, and one whose budget runs out while its handler
+// runs gets no response (its caller has timed out already); a handler
+// panic becomes 70 for that call only.
 package transport

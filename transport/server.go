@@ -32,7 +32,9 @@ import (
 // cancelled when the server is closed, and, for a two-way request, when
 // the client sends the cancel event for it: the caller gave up. Either
 // way ctx.Err() is then context.Canceled. The response of a call the
-// client cancelled is not sent, since nobody waits for it. A handler must
+// client cancelled is not sent, since nobody waits for it; nor is the
+// response of a call whose budget ran out before the handler returned:
+// the caller's deadline was no later, so it has given up. A handler must
 // return once ctx is done. Like the messages, ctx must not be used after
 // ServeRPC returns: the server reuses it.
 type Handler interface {
@@ -655,10 +657,12 @@ func (call *serverCall) run() {
 	s := sc.s
 	req, resp := &call.req, &call.resp
 	twoWay := req.Header.Flags().IsTwoWay()
+	expired := false
 	if ctx := call.ctx; twoWay || req.Timeout > 0 {
 		if !call.cancelled.Load() {
 			s.invoke(ctx, req, resp)
 		}
+		expired = !ctx.deadline.IsZero() && !time.Now().Before(ctx.deadline)
 		if twoWay {
 			sc.callsMu.Lock()
 			if sc.running[req.Header.ID()] == call {
@@ -670,7 +674,12 @@ func (call *serverCall) run() {
 	} else {
 		s.invoke(s.base, req, resp)
 	}
-	if twoWay && !call.cancelled.Load() {
+	// No response goes to a caller that gave up (the cancel event), nor
+	// to one whose budget ran out while the handler ran: its own deadline
+	// was no later than ours, so it has reported a timeout already (31,
+	// "the server may have acted"), and an answer racing that report
+	// would make the outcome depend on which timer fired first.
+	if twoWay && !call.cancelled.Load() && !expired {
 		status := resp.Header.Status()
 		if status == 0 {
 			status = protocol.StatusOK
