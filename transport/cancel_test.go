@@ -473,3 +473,36 @@ func TestCancelOnDrainingConnection(t *testing.T) {
 		t.Fatalf("got another frame (flags %#02x, id %d) instead of the close", byte(m.Header.Flags()), m.Header.ID())
 	}
 }
+
+// TestDisconnectCancelsRunningCalls: when a client's connection goes, the
+// handlers still running for it are cancelled, as if it had sent the
+// cancel event for each: nobody is left to read their answers.
+func TestDisconnectCancelsRunningCalls(t *testing.T) {
+	gs := startGatedServer(t)
+	c := dialRaw(t, gs.addr)
+	rawCall(t, c, 1, "block-1", 10*time.Second)
+	rawCall(t, c, 2, "block-2", 0)
+	waitFor(t, gs.entered, "the first handler")
+	waitFor(t, gs.entered, "the second handler")
+	start := time.Now()
+	c.Close()
+	for range 2 {
+		r := waitFor(t, gs.results, "a handler to return")
+		if !errors.Is(r.err, context.Canceled) {
+			t.Errorf("%s: handler's ctx.Err() = %v, want context.Canceled", r.payload, r.err)
+		}
+	}
+	if d := time.Since(start); d > cancelBound {
+		t.Errorf("the handlers returned %v after the disconnect", d)
+	}
+	// The server goes on serving other connections.
+	p := newPool(t, Config{})
+	resp, err := p.RoundTrip(testCtx(t), gs.addr, newRequest("still here"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(resp.Payload) != "still here" {
+		t.Fatalf("echo %q", resp.Payload)
+	}
+	p.Release(resp)
+}

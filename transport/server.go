@@ -30,7 +30,8 @@ import (
 //
 // ctx carries the request's deadline when it came with a budget, and is
 // cancelled when the server is closed, and, for a two-way request, when
-// the client sends the cancel event for it: the caller gave up. Either
+// the client sends the cancel event for it or its connection closes: the
+// caller gave up, or is gone. Either
 // way ctx.Err() is then context.Canceled. The response of a call the
 // client cancelled is not sent, since nobody waits for it; nor is the
 // response of a call whose budget ran out before the handler returned:
@@ -407,6 +408,14 @@ func (sc *serverConn) close() {
 	sc.mu.Unlock()
 	sc.w.fail(ErrServerClosed)
 	_ = sc.nc.Close()
+	// The callers of the calls still running are gone with the
+	// connection: cancel them, as if each had sent the cancel event.
+	sc.callsMu.Lock()
+	for _, call := range sc.running {
+		call.cancelled.Store(true)
+		call.ctx.cancel(context.Canceled)
+	}
+	sc.callsMu.Unlock()
 	sc.s.forget(sc)
 	close(sc.done)
 }
