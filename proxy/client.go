@@ -262,14 +262,20 @@ type serviceState struct {
 	unsub func()
 }
 
-// service returns the state of a service, creating it on the first call:
+// service returns the state of a service, creating it on the first call
+// (bounded by the call's deadline):
 // it loads the instances (the cache's first lookup), builds the balancer
 // and subscribes it to changes.
-func (c *Client) service(ctx context.Context, name string) (*serviceState, error) {
+func (c *Client) service(ctx context.Context, name string, deadline time.Time) (*serviceState, error) {
 	if st := (*c.services.Load())[name]; st != nil {
 		return st, nil
 	}
-	if _, err := c.cache.Instances(ctx, name); err != nil {
+	// The first lookup may wait for the registry: within the call's
+	// budget, like everything the call does.
+	lctx, cancel := context.WithDeadline(ctx, deadline)
+	_, err := c.cache.Instances(lctx, name)
+	cancel()
+	if err != nil {
 		return nil, err
 	}
 	c.svcMu.Lock()
@@ -310,9 +316,13 @@ func (c *Client) available(in *registry.Instance) bool {
 // attempts, each on an instance the balancer picks, retrying as the
 // RetryPolicy allows within the call's one budget.
 func (c *Client) run(ctx context.Context, call *Call) error {
-	st, err := c.service(ctx, call.Service)
+	st, err := c.service(ctx, call.Service, call.Deadline)
 	if err != nil {
-		return &protocol.Error{Status: protocol.StatusChannelInactive,
+		status := protocol.StatusChannelInactive
+		if errors.Is(err, context.DeadlineExceeded) {
+			status = protocol.StatusClientTimeout // the budget ran out waiting for the registry
+		}
+		return &protocol.Error{Status: status,
 			Msg: "resolve " + call.Service, Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}
 	}
 	c.budget.call()

@@ -503,3 +503,28 @@ func TestHedgedCall(t *testing.T) {
 		t.Fatalf("4 non-idempotent calls with Hedge ran %d attempts", ran)
 	}
 }
+
+// hangingRegistry is a registry whose Watch never answers, as one that is
+// unreachable behind a silent network.
+type hangingRegistry struct{ registry.Registry }
+
+func (hangingRegistry) Watch(ctx context.Context, _ string) (registry.Watcher, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func TestFirstLookupWithinBudget(t *testing.T) {
+	c := proxy.NewClient(hangingRegistry{static.New()}, proxy.WithLogger(quiet),
+		proxy.WithCache(registry.CacheConfig{InitialTimeout: 5 * time.Second, Logger: quiet}))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	start := time.Now()
+	_, err := invoke(ctx, c, proxy.Timeout(100*time.Millisecond))
+	if !errors.Is(err, proxy.ErrTimeout) || !errors.Is(err, proxy.ErrNotSent) {
+		t.Fatalf("got %v, want a timeout, not sent", err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("the first call waited %v for the registry with a 100ms budget", el)
+	}
+}
