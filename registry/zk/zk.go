@@ -20,9 +20,11 @@
 // session timeout) or by a partition longer than the session timeout. When
 // a session expires, the owner gets a new one and re-creates its nodes on
 // its own; a node left by an older session of the same instance ID is
-// replaced. A node's data is never changed in place: a new version of an
-// instance replaces the node in one transaction, so watchers, which watch
-// the children of the service node, see every change.
+// replaced. A node that someone else deletes while the session lives is
+// re-created at once: the owner watches each of its nodes. A node's data is
+// never changed in place: a new version of an instance replaces the node in
+// one transaction, so watchers, which watch the children of the service
+// node, see every change.
 //
 // New does no I/O: the connection is made on first use. Every call waits
 // for a live session at most until its context ends or
@@ -88,13 +90,14 @@ type Config struct {
 // Registry is a registry.Registry kept in ZooKeeper. Its methods are safe
 // for concurrent use.
 type Registry struct {
-	cfg    Config
-	log    *slog.Logger
-	acl    []zk.ACL
-	dialer *dialer
-	done   chan struct{} // closed by Close
-	kick   chan struct{} // cap 1: wakes the keeper
-	writes chan struct{} // cap 1: a slot held while writing our nodes
+	cfg        Config
+	log        *slog.Logger
+	acl        []zk.ACL
+	dialer     *dialer
+	done       chan struct{} // closed by Close
+	kick       chan struct{} // cap 1: wakes the keeper
+	repairKick chan struct{} // cap 1: wakes the guard
+	writes     chan struct{} // cap 1: a slot held while writing our nodes
 
 	mu       sync.Mutex // guards following
 	closed   bool
@@ -103,9 +106,11 @@ type Registry struct {
 	stateCh  chan struct{}                // closed and replaced on each session state change
 	owned    map[string]registry.Instance // node path → instance; the keeper maintains these
 	orphans  map[string]bool              // node paths to delete once possible
+	armed    map[string]int64             // node path → session its exists watch was set in
+	repairs  map[string]int               // node paths for the guard → failed attempts
 	watchers map[*watcher]struct{}
 
-	// Goroutines: the session event reader, the keeper, watchers and
+	// Goroutines: the session event reader, the keeper, the guard, watchers and
 	// requests outliving their caller's context. Close waits for them.
 	wg sync.WaitGroup
 
@@ -160,17 +165,20 @@ func New(cfg Config) (*Registry, error) {
 	}
 	cfg.Logger = log
 	return &Registry{
-		cfg:      cfg,
-		log:      log.With("registry", "zk"),
-		acl:      zk.WorldACL(zk.PermAll),
-		dialer:   newDialer(cfg.SessionTimeout, len(cfg.Servers)),
-		done:     make(chan struct{}),
-		kick:     make(chan struct{}, 1),
-		writes:   make(chan struct{}, 1),
-		stateCh:  make(chan struct{}),
-		owned:    make(map[string]registry.Instance),
-		orphans:  make(map[string]bool),
-		watchers: make(map[*watcher]struct{}),
+		cfg:        cfg,
+		log:        log.With("registry", "zk"),
+		acl:        zk.WorldACL(zk.PermAll),
+		dialer:     newDialer(cfg.SessionTimeout, len(cfg.Servers)),
+		done:       make(chan struct{}),
+		kick:       make(chan struct{}, 1),
+		repairKick: make(chan struct{}, 1),
+		writes:     make(chan struct{}, 1),
+		stateCh:    make(chan struct{}),
+		owned:      make(map[string]registry.Instance),
+		orphans:    make(map[string]bool),
+		armed:      make(map[string]int64),
+		repairs:    make(map[string]int),
+		watchers:   make(map[*watcher]struct{}),
 	}, nil
 }
 
@@ -187,8 +195,9 @@ func (r *Registry) servicePath(service string) string {
 }
 
 // Register publishes the instance as an ephemeral node and keeps it there:
-// after a session expiry the node is re-created on the new session. A
-// second Register of the same instance ID replaces its data.
+// after a session expiry the node is re-created on the new session, and
+// when someone else deletes it while the session lives it is re-created at
+// once. A second Register of the same instance ID replaces its data.
 //
 // When Register fails because its context ended, the request may still
 // complete afterwards; the instance is then maintained as if Register had
@@ -210,6 +219,14 @@ func (r *Registry) Register(ctx context.Context, in registry.Instance) error {
 		r.owned[p] = in
 		delete(r.orphans, p)
 		r.mu.Unlock()
+		// The node is ours now; when it cannot be watched or is gone
+		// already, the guard sees to it.
+		if exists, err := r.arm(conn, p); err != nil {
+			r.log.Warn("register: watching the node failed; retrying", "path", p, "err", err)
+			r.queueRepair(p)
+		} else if !exists {
+			r.queueRepair(p)
+		}
 		return nil
 	})
 	if err != nil {
@@ -489,9 +506,10 @@ func (r *Registry) dial(d *dial) {
 		return
 	}
 	r.conn, d.conn = conn, conn
-	r.wg.Add(2)
+	r.wg.Add(3)
 	go r.readEvents(conn, events)
 	go r.keep(conn)
+	go r.guard(conn)
 	r.mu.Unlock()
 }
 
@@ -500,6 +518,7 @@ func (r *Registry) dial(d *dial) {
 // block.
 func (r *Registry) onEvent(ev zk.Event) {
 	if ev.Type != zk.EventSession {
+		r.onNodeEvent(ev)
 		return
 	}
 	r.mu.Lock()
@@ -597,7 +616,7 @@ func (r *Registry) keep(conn *zk.Conn) {
 }
 
 // reconcile makes ZooKeeper hold exactly our nodes, owned by the current
-// session, and returns that session's ID.
+// session and watched, and returns that session's ID.
 func (r *Registry) reconcile(conn *zk.Conn) (int64, error) {
 	select {
 	case r.writes <- struct{}{}:
@@ -614,17 +633,30 @@ func (r *Registry) reconcile(conn *zk.Conn) (int64, error) {
 	for p := range r.orphans {
 		orphans = append(orphans, p)
 	}
+	id := conn.SessionID()
+	for p, on := range r.armed {
+		if on != id {
+			delete(r.armed, p) // set in an earlier session, which took it along
+		}
+	}
 	r.mu.Unlock()
 
-	id := conn.SessionID()
 	var errs []error
 	for p, in := range owned {
 		data, err := json.Marshal(in)
 		if err == nil {
 			err = r.ensure(conn, p, data)
 		}
+		var exists bool
+		if err == nil {
+			exists, err = r.arm(conn, p)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))
+			continue
+		}
+		if !exists {
+			r.queueRepair(p) // deleted again already
 		}
 	}
 	for _, p := range orphans {

@@ -1,0 +1,222 @@
+package zk
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	"time"
+
+	"github.com/dabbrpc/dabb/registry"
+	"github.com/go-zookeeper/zk"
+)
+
+// The guard re-creates an instance node that someone else deletes while our
+// session lives; the keeper only restores nodes when a session is
+// (re-)established.
+//
+// Every node we own carries an exists watch, set right after the node is
+// written (by Register, by the keeper's restore and by the guard itself)
+// and set again after each of its events. The client's event callback
+// (onNodeEvent) sees the watch fire; for a node we still own it queues the
+// path and wakes the guard, which re-creates the node in the write slot,
+// the one the restore path uses. A node we no longer own (Deregister or
+// Close deleted it, or is about to) is left alone: both drop it from owned
+// before they delete it, and the guard looks at owned only once it holds
+// the write slot.
+//
+// The guard never replaces a node that another session holds: two
+// processes registered under one instance ID would otherwise replace each
+// other's node forever. The watch stays on it, so the node is re-created
+// if that holder deletes it while we still own the instance.
+
+// Bounds of the guard's retries when re-creating a node fails while the
+// session lives. After the last one the node is left to the next restore.
+const (
+	maxRepairAttempts = 5
+	minRepairBackoff  = 200 * time.Millisecond
+	maxRepairBackoff  = 2 * time.Second
+)
+
+// errNoLiveSession reports a repair attempted while the session was not
+// live: the keeper's restore, which runs once it is back, covers it.
+var errNoLiveSession = errors.New("zk: no live session")
+
+// onNodeEvent handles a watch event. It is called by the client's receive
+// loop and must not block.
+func (r *Registry) onNodeEvent(ev zk.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.armed[ev.Path]; !ok {
+		return // not one of our instance nodes' watches
+	}
+	// The watch has fired or ended; either way it is gone.
+	delete(r.armed, ev.Path)
+	if ev.Type == zk.EventNotWatching {
+		return // the session ended or the client closed: restore re-arms
+	}
+	r.queueRepairLocked(ev.Path)
+}
+
+// queueRepair asks the guard to look at p: re-create it if it is missing
+// and set its watch again.
+func (r *Registry) queueRepair(p string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.queueRepairLocked(p)
+}
+
+func (r *Registry) queueRepairLocked(p string) {
+	if _, ok := r.owned[p]; !ok || r.closed {
+		return
+	}
+	if _, ok := r.repairs[p]; !ok {
+		r.repairs[p] = 0
+	}
+	select {
+	case r.repairKick <- struct{}{}:
+	default:
+	}
+}
+
+// arm sets the exists watch on p, which was just written, unless one is
+// already set in the current session. It reports whether p exists. It is
+// called in the write slot.
+func (r *Registry) arm(conn *zk.Conn, p string) (bool, error) {
+	session := conn.SessionID()
+	r.mu.Lock()
+	if on, ok := r.armed[p]; ok && on == session {
+		r.mu.Unlock()
+		return true, nil // a deletion fires that watch
+	}
+	// Recorded before the request: the watch may fire before ExistsW
+	// returns, and onNodeEvent must know it.
+	r.armed[p] = session
+	r.mu.Unlock()
+	exists, _, _, err := conn.ExistsW(p)
+	if err != nil {
+		r.mu.Lock()
+		if on, ok := r.armed[p]; ok && on == session {
+			delete(r.armed, p) // no watch was set
+		}
+		r.mu.Unlock()
+		return false, fmt.Errorf("watch %s: %w", p, err)
+	}
+	return exists, nil
+}
+
+// guard re-creates the nodes onNodeEvent queues, retrying a failure a
+// bounded number of times with backoff.
+func (r *Registry) guard(conn *zk.Conn) {
+	defer r.wg.Done()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		select {
+		case <-r.done:
+			return
+		case <-r.repairKick:
+		case <-retry.C:
+		}
+		r.mu.Lock()
+		due := maps.Clone(r.repairs)
+		clear(r.repairs)
+		r.mu.Unlock()
+		var backoff time.Duration
+		for p, failed := range due {
+			err := r.repair(conn, p)
+			select {
+			case <-r.done:
+				return // errors here come from the connection closing
+			default:
+			}
+			switch {
+			case err == nil:
+				continue
+			case errors.Is(err, errNoLiveSession):
+				r.log.Debug("instance node changed while the session was not live; the restore covers it", "path", p)
+				continue
+			}
+			failed++
+			if failed >= maxRepairAttempts {
+				r.log.Error("re-creating an instance node failed; giving up until the next session", "path", p, "err", err, "attempts", failed)
+				continue
+			}
+			d := min(minRepairBackoff<<(failed-1), maxRepairBackoff)
+			r.log.Warn("re-creating an instance node failed; retrying", "path", p, "err", err, "attempt", failed, "in", d)
+			r.mu.Lock()
+			if _, ok := r.owned[p]; ok && !r.closed {
+				r.repairs[p] = max(r.repairs[p], failed)
+			}
+			r.mu.Unlock()
+			backoff = max(backoff, d)
+		}
+		if backoff > 0 {
+			retry.Reset(backoff)
+		}
+	}
+}
+
+// repair re-creates p in the current session if we still own it and it is
+// missing, and sets its watch again. It holds the write slot throughout.
+func (r *Registry) repair(conn *zk.Conn, p string) error {
+	select {
+	case r.writes <- struct{}{}:
+	case <-r.done:
+		return registry.ErrClosed
+	}
+	defer func() { <-r.writes }()
+	r.mu.Lock()
+	in, owned := r.owned[p]
+	closed := r.closed
+	r.mu.Unlock()
+	switch {
+	case closed:
+		return registry.ErrClosed
+	case !owned:
+		return nil // deregistered meanwhile: it stays gone
+	case conn.State() != zk.StateHasSession:
+		return errNoLiveSession
+	}
+	data, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	session := conn.SessionID()
+	for range maxAttempts {
+		ok, stat, err := conn.Exists(p)
+		switch {
+		case err != nil:
+			return fmt.Errorf("look at %s: %w", p, err)
+		case !ok:
+			_, err := conn.Create(p, data, zk.FlagEphemeral, r.acl)
+			switch {
+			case err == nil:
+				r.log.Info("re-created an instance node deleted while our session lived", "path", p, "session", sessionHex(session))
+			case errors.Is(err, zk.ErrNoNode):
+				if err := r.createParents(conn, path.Dir(p)); err != nil {
+					return err
+				}
+				continue
+			case errors.Is(err, zk.ErrNodeExists):
+				continue // created by someone else meanwhile: look again
+			default:
+				return fmt.Errorf("create %s: %w", p, err)
+			}
+		case stat.EphemeralOwner != session:
+			r.log.Warn("instance node is held by another session; not replacing it", "path", p,
+				"owner", sessionHex(stat.EphemeralOwner), "session", sessionHex(session))
+		}
+		exists, err := r.arm(conn, p)
+		if err != nil {
+			return err
+		}
+		if exists {
+			return nil
+		}
+		// Deleted again before the watch was set: once more.
+	}
+	return fmt.Errorf("%s deleted %d times while being re-created", p, maxAttempts)
+}

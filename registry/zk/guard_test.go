@@ -1,0 +1,259 @@
+package zk
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb/internal/zktest"
+	"github.com/dabbrpc/dabb/registry"
+	"github.com/go-zookeeper/zk"
+)
+
+// awaitNode waits, by watching it with raw, until p exists and returns its
+// data and stat.
+func awaitNode(t *testing.T, raw *zk.Conn, p string, d time.Duration, step string) ([]byte, *zk.Stat) {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		ok, _, ch, err := raw.ExistsW(p)
+		if err != nil {
+			t.Fatalf("%s: ExistsW %s: %v", step, p, err)
+		}
+		if ok {
+			data, stat, err := raw.Get(p)
+			if err == nil {
+				return data, stat
+			}
+			continue // gone again: watch once more
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			t.Fatalf("%s: %s was not re-created within %v", step, p, d)
+		}
+	}
+}
+
+// staysGone checks, by watching it with raw, that p does not exist and is
+// not created within d.
+func staysGone(t *testing.T, raw *zk.Conn, p string, d time.Duration, step string) {
+	t.Helper()
+	ok, stat, ch, err := raw.ExistsW(p)
+	if err != nil {
+		t.Fatalf("%s: ExistsW %s: %v", step, p, err)
+	}
+	if ok {
+		t.Fatalf("%s: %s exists (owner %#x); want it gone", step, p, stat.EphemeralOwner)
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case ev := <-ch:
+		t.Fatalf("%s: %s changed (%v) within %v; want it to stay gone", step, p, ev.Type, d)
+	case <-timer.C:
+	}
+}
+
+// checkOurs checks that data and stat are those of r's node for in.
+func checkOurs(t *testing.T, r *Registry, in registry.Instance, data []byte, stat *zk.Stat, step string) {
+	t.Helper()
+	if want := r.conn.SessionID(); stat.EphemeralOwner != want {
+		t.Fatalf("%s: ephemeralOwner = %#x, want the registry's session %#x", step, stat.EphemeralOwner, want)
+	}
+	var got registry.Instance
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatalf("%s: node holds %q: %v", step, data, err)
+	}
+	if !registry.EqualSets([]registry.Instance{got}, []registry.Instance{in}) {
+		t.Fatalf("%s: node holds %+v, want %+v", step, got, in)
+	}
+}
+
+// TestRecreatesDeletedNode: a node someone else deletes while our session
+// lives is back within two seconds, in our session, with our data, every
+// time, even when its service node went with it.
+func TestRecreatesDeletedNode(t *testing.T) {
+	srv := zktest.Shared(t)
+	raw := rawConn(t, srv.Addr())
+	tests := []struct {
+		name   string
+		delete func(t *testing.T, p string)
+	}{
+		{"Node", func(t *testing.T, p string) {
+			if err := raw.Delete(p, -1); err != nil {
+				t.Fatalf("Delete %s: %v", p, err)
+			}
+		}},
+		{"WithServiceNode", func(t *testing.T, p string) {
+			ops := []any{&zk.DeleteRequest{Path: p, Version: -1}, &zk.DeleteRequest{Path: path.Dir(p), Version: -1}}
+			if err := multi(raw, ops...); err != nil {
+				t.Fatalf("deleting %s and its parent: %v", p, err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := shared(t)
+			in := inst(serviceFor(t), "20001")
+			in.Metadata = map[string]string{"zone": "eu-1"}
+			if err := r.Register(ctxFor(t, 5*time.Second), in); err != nil {
+				t.Fatal(err)
+			}
+			p := r.NodePath(in.Service, in.ID)
+			for i := range 3 { // the watch is set again each time
+				tt.delete(t, p)
+				start := time.Now()
+				step := fmt.Sprintf("after deletion %d", i+1)
+				data, stat := awaitNode(t, raw, p, 2*time.Second, step)
+				checkOurs(t, r, in, data, stat, step)
+				t.Logf("deletion %d: re-created within %v", i+1, time.Since(start))
+			}
+		})
+	}
+}
+
+// TestRemovedNodeStaysGone: Deregister and Close delete the node, and
+// nothing re-creates it, also when someone else deleted it just before.
+func TestRemovedNodeStaysGone(t *testing.T) {
+	srv := zktest.Shared(t)
+	raw := rawConn(t, srv.Addr())
+	tests := []struct {
+		name   string
+		remove func(t *testing.T, r *Registry, in registry.Instance)
+	}{
+		{"Deregister", func(t *testing.T, r *Registry, in registry.Instance) {
+			if err := r.Deregister(ctxFor(t, 5*time.Second), in); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"DeletedThenDeregister", func(t *testing.T, r *Registry, in registry.Instance) {
+			if err := raw.Delete(r.NodePath(in.Service, in.ID), -1); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Deregister(ctxFor(t, 5*time.Second), in); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"Close", func(t *testing.T, r *Registry, _ registry.Instance) {
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"DeletedThenClose", func(t *testing.T, r *Registry, in registry.Instance) {
+			if err := raw.Delete(r.NodePath(in.Service, in.ID), -1); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := shared(t)
+			in := inst(serviceFor(t), "20001")
+			if err := r.Register(ctxFor(t, 5*time.Second), in); err != nil {
+				t.Fatal(err)
+			}
+			tt.remove(t, r, in)
+			staysGone(t, raw, r.NodePath(in.Service, in.ID), time.Second, tt.name)
+		})
+	}
+}
+
+// TestNoFightOverOneID: when another session takes over our instance ID,
+// the node it replaced is not re-created over it.
+func TestNoFightOverOneID(t *testing.T) {
+	srv := zktest.Shared(t)
+	first, second := shared(t), shared(t)
+	in := inst(serviceFor(t), "20001")
+	if err := first.Register(ctxFor(t, 5*time.Second), in); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Register(ctxFor(t, 5*time.Second), in); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawConn(t, srv.Addr())
+	p := second.NodePath(in.Service, in.ID)
+	ok, stat, ch, err := raw.ExistsW(p)
+	if err != nil || !ok {
+		t.Fatalf("ExistsW %s = %v, %v; want it there", p, ok, err)
+	}
+	if stat.EphemeralOwner != second.conn.SessionID() {
+		t.Fatalf("ephemeralOwner = %#x, want the second session %#x", stat.EphemeralOwner, second.conn.SessionID())
+	}
+	timer := time.NewTimer(time.Second)
+	defer timer.Stop()
+	select {
+	case ev := <-ch:
+		_, stat, _ := raw.Exists(p)
+		t.Fatalf("%s changed (%v) after the takeover; owner now %#x (first %#x, second %#x)",
+			p, ev.Type, stat.EphemeralOwner, first.conn.SessionID(), second.conn.SessionID())
+	case <-timer.C:
+	}
+
+	// Once the second owner deregisters, the first, which still holds the
+	// instance registered, puts it back.
+	if err := second.Deregister(ctxFor(t, 5*time.Second), in); err != nil {
+		t.Fatal(err)
+	}
+	data, stat := awaitNode(t, raw, p, 2*time.Second, "after the second owner deregistered")
+	checkOurs(t, first, in, data, stat, "after the second owner deregistered")
+}
+
+// TestRecreatesDeletedNodeAfterNewSession: the watches are set again on a
+// new session, after the old one expired during a partition.
+func TestRecreatesDeletedNodeAfterNewSession(t *testing.T) {
+	srv := zktest.Shared(t)
+	px := startProxy(t, srv.Addr())
+	r := newRegistry(t, Config{Servers: []string{px.Addr()}, SessionTimeout: time.Second, RequestTimeout: 2 * time.Second})
+	sessions := make(chan int64, 16)
+	r.sessionHook = func(id int64) {
+		select {
+		case sessions <- id:
+		default:
+		}
+	}
+	in := inst(serviceFor(t), "20001")
+	if err := r.Register(ctxFor(t, 5*time.Second), in); err != nil {
+		t.Fatal(err)
+	}
+	old := r.conn.SessionID()
+	raw := rawConn(t, srv.Addr())
+	p := r.NodePath(in.Service, in.ID)
+	ok, _, gone, err := raw.ExistsW(p)
+	if err != nil || !ok {
+		t.Fatalf("ExistsW %s = %v, %v; want it there", p, ok, err)
+	}
+
+	px.Cut()
+	select {
+	case ev := <-gone:
+		if ev.Type != zk.EventNodeDeleted {
+			t.Fatalf("while cut off: event %v, want the node deleted with the session", ev.Type)
+		}
+	case <-ctxFor(t, 5*time.Second).Done():
+		t.Fatal("the cut-off session did not expire within 5 s")
+	}
+	px.Restore()
+	ctx := ctxFor(t, 10*time.Second)
+	for id := old; id == old; {
+		select {
+		case id = <-sessions:
+		case <-ctx.Done():
+			t.Fatal("no new session with the node restored within 10 s")
+		}
+	}
+	data, stat := awaitNode(t, raw, p, 2*time.Second, "restored on the new session")
+	checkOurs(t, r, in, data, stat, "restored on the new session")
+
+	if err := raw.Delete(p, -1); err != nil {
+		t.Fatal(err)
+	}
+	data, stat = awaitNode(t, raw, p, 2*time.Second, "deleted on the new session")
+	checkOurs(t, r, in, data, stat, "deleted on the new session")
+}
