@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -50,6 +51,9 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// schemeRuns counts runs of TestRegisterSchemePanics.
+var schemeRuns int
+
 func TestRegisterSchemePanics(t *testing.T) {
 	open := func(context.Context, *url.URL) (registry.Registry, error) { return static.New(), nil }
 	tests := []struct {
@@ -71,8 +75,12 @@ func TestRegisterSchemePanics(t *testing.T) {
 			registry.RegisterScheme(tt.scheme, tt.open)
 		})
 	}
-	registry.RegisterScheme("test-scheme", open)
-	r, err := registry.Open(context.Background(), "TEST-SCHEME://x")
+	// The scheme table is global and outlives a test: a fresh name per
+	// run keeps -count=N working.
+	schemeRuns++
+	scheme := fmt.Sprintf("test-scheme-%d", schemeRuns)
+	registry.RegisterScheme(scheme, open)
+	r, err := registry.Open(context.Background(), strings.ToUpper(scheme)+"://x")
 	if err != nil {
 		t.Fatalf("Open with a registered scheme in upper case: %v", err)
 	}
