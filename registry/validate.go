@@ -102,6 +102,18 @@ func sameInstance(a, b Instance) bool {
 		a.EffectiveWeight() == b.EffectiveWeight() && maps.Equal(a.Metadata, b.Metadata)
 }
 
+// CloneSet copies a set deeply (the Metadata maps too), never returning
+// nil, so that a watcher's caller may change what it got without changing
+// the backend's state.
+func CloneSet(set []Instance) []Instance {
+	out := make([]Instance, len(set))
+	for i, in := range set {
+		in.Metadata = maps.Clone(in.Metadata)
+		out[i] = in
+	}
+	return out
+}
+
 // SortedCopy returns a copy of the list sorted by ID, then Addr. Backends
 // return their sets in this order.
 func SortedCopy(in []Instance) []Instance {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -122,7 +121,7 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 			if w.fresh || !registry.EqualSets(cur, w.last) {
 				w.last, w.fresh = cur, false
 				w.mu.Unlock()
-				return deepCopy(cur), nil
+				return registry.CloneSet(cur), nil
 			}
 		}
 		changed := w.changed
@@ -343,15 +342,6 @@ func slicesOf(m map[string]registry.Instance) []registry.Instance {
 	out := make([]registry.Instance, 0, len(m))
 	for _, in := range m {
 		out = append(out, in)
-	}
-	return out
-}
-
-func deepCopy(set []registry.Instance) []registry.Instance {
-	out := make([]registry.Instance, len(set))
-	for i, in := range set {
-		in.Metadata = maps.Clone(in.Metadata)
-		out[i] = in
 	}
 	return out
 }

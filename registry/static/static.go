@@ -230,7 +230,7 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 		if !w.started || !registry.EqualSets(set, w.last) {
 			w.started, w.last = true, set
 			w.mu.Unlock()
-			return deepCopy(set), nil
+			return registry.CloneSet(set), nil
 		}
 		w.mu.Unlock()
 		select {
@@ -246,15 +246,4 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 // Stop ends the watch; a blocked Next returns registry.ErrWatcherStopped.
 func (w *watcher) Stop() {
 	w.stopOnce.Do(func() { close(w.stop) })
-}
-
-// deepCopy copies a set so that a caller changing it cannot change the
-// watcher's memory of it.
-func deepCopy(set []registry.Instance) []registry.Instance {
-	out := make([]registry.Instance, len(set))
-	for i, in := range set {
-		in.Metadata = maps.Clone(in.Metadata)
-		out[i] = in
-	}
-	return out
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -99,7 +97,7 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 		w.mu.Lock()
 		if !w.sent || !registry.EqualSets(w.cur, w.last) {
 			w.last, w.sent = w.cur, true
-			out := clone(w.cur)
+			out := registry.CloneSet(w.cur)
 			w.mu.Unlock()
 			return out, nil
 		}
@@ -235,18 +233,4 @@ func (w *watcher) publish(list []registry.Instance) {
 	w.r.log.Debug("watch: set changed", "path", w.path, "instances", len(list))
 	close(w.changed)
 	w.changed = make(chan struct{})
-}
-
-// clone copies a set deeply, so callers may change what Next returns.
-func clone(list []registry.Instance) []registry.Instance {
-	out := slices.Clone(list)
-	for i := range out {
-		if out[i].Metadata != nil {
-			out[i].Metadata = maps.Clone(out[i].Metadata)
-		}
-	}
-	if out == nil {
-		out = []registry.Instance{}
-	}
-	return out
 }
