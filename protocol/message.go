@@ -8,6 +8,8 @@ import (
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/dabbrpc/dabb/internal/bufpool"
 )
 
 // Well-known attachment keys. The timeout travels as an attachment on the
@@ -85,44 +87,64 @@ var (
 // set. Event frames are written with m.Payload as their whole body.
 func AppendMessage(dst []byte, m *Message) []byte {
 	start := len(dst)
+	dst = appendHead(dst, m)
+	dst = append(dst, m.Payload...)
+	binary.BigEndian.PutUint32(dst[start+12:start+16], uint32(len(dst)-start-HeaderLen))
+	return dst
+}
+
+// AppendFrameHead appends all of m's frame except its payload: the header,
+// whose body length counts the payload, and for a request or response the
+// fields that precede the payload. The result followed by m.Payload is
+// exactly what AppendMessage writes, so a large payload can be sent from
+// its own buffer (writev) instead of being copied.
+func AppendFrameHead(dst []byte, m *Message) []byte {
+	start := len(dst)
+	dst = appendHead(dst, m)
+	binary.BigEndian.PutUint32(dst[start+12:start+16], uint32(len(dst)-start-HeaderLen+len(m.Payload)))
+	return dst
+}
+
+// appendHead appends the header (body length not yet set) and the fields
+// before the payload.
+func appendHead(dst []byte, m *Message) []byte {
 	h := m.Header
 	h.SetMagic()
 	dst = append(dst, h[:]...)
-	if !m.Header.Flags().IsEvent() {
-		dst = appendString(dst, m.Service)
-		dst = appendString(dst, m.Method)
-		n := len(m.Attachments)
-		if _, dup := m.Attachments[AttachTimeout]; dup {
-			n--
-		}
-		if m.Timeout != 0 {
-			n++
-		}
-		dst = binary.AppendUvarint(dst, uint64(n))
-		if m.Timeout != 0 {
-			// Rounded up, so the server's deadline is never earlier
-			// than the caller's: the caller gives up first.
-			var ms int64
-			switch {
-			case m.Timeout > maxTimeout:
-				ms = maxTimeoutMillis
-			case m.Timeout > 0:
-				ms = int64((m.Timeout + time.Millisecond - 1) / time.Millisecond)
-			}
-			dst = appendString(dst, AttachTimeout)
-			var num [20]byte
-			dst = appendBytes(dst, strconv.AppendInt(num[:0], ms, 10))
-		}
-		for k, v := range m.Attachments {
-			if k == AttachTimeout {
-				continue
-			}
-			dst = appendString(dst, k)
-			dst = appendString(dst, v)
-		}
+	if m.Header.Flags().IsEvent() {
+		return dst
 	}
-	dst = append(dst, m.Payload...)
-	binary.BigEndian.PutUint32(dst[start+12:start+16], uint32(len(dst)-start-HeaderLen))
+	dst = appendString(dst, m.Service)
+	dst = appendString(dst, m.Method)
+	n := len(m.Attachments)
+	if _, dup := m.Attachments[AttachTimeout]; dup {
+		n--
+	}
+	if m.Timeout != 0 {
+		n++
+	}
+	dst = binary.AppendUvarint(dst, uint64(n))
+	if m.Timeout != 0 {
+		// Rounded up, so the server's deadline is never earlier
+		// than the caller's: the caller gives up first.
+		var ms int64
+		switch {
+		case m.Timeout > maxTimeout:
+			ms = maxTimeoutMillis
+		case m.Timeout > 0:
+			ms = int64((m.Timeout + time.Millisecond - 1) / time.Millisecond)
+		}
+		dst = appendString(dst, AttachTimeout)
+		var num [20]byte
+		dst = appendBytes(dst, strconv.AppendInt(num[:0], ms, 10))
+	}
+	for k, v := range m.Attachments {
+		if k == AttachTimeout {
+			continue
+		}
+		dst = appendString(dst, k)
+		dst = appendString(dst, v)
+	}
 	return dst
 }
 
@@ -177,10 +199,15 @@ func (r *Reader) intern(b []byte) string {
 	return s
 }
 
-// chunk is how much of a large body is allocated ahead of the bytes that
-// fill it, so a peer that claims a large length and sends little makes us
-// allocate little.
-const chunk = 64 << 10
+// chunk is how much of a large body is reserved before any of it arrived.
+// After that a body buffer grows to at most growth times what has arrived,
+// so a peer that claims a large length and sends little makes us reserve
+// little, while a genuine 1 or 2 MiB body is read with one copy of its first
+// chunk. Large buffers come from, and go back to, the shared pool.
+const (
+	chunk  = 64 << 10
+	growth = 32
+)
 
 func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte) string) error {
 	if maxBody == 0 {
@@ -221,12 +248,29 @@ func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte
 }
 
 // maxKept is the largest buffer a Message keeps between reads when the
-// next body is much smaller: one large frame should not pin megabytes to a
-// connection for its lifetime.
+// next body is much smaller, and the largest Recycle keeps: one large frame
+// should not pin megabytes to a connection for its lifetime.
 const maxKept = 1 << 20
+
+// keptByRecycle is the largest read buffer Recycle leaves with a Message;
+// larger ones go back to the shared pool.
+const keptByRecycle = 256 << 10
+
+// Recycle resets m like Reset, and hands a read buffer over 256 KiB back to
+// the shared buffer pool instead of keeping it. Nothing may use m's
+// Payload, or anything that aliases it, afterwards.
+func (m *Message) Recycle() {
+	buf := m.buf
+	if cap(buf) > keptByRecycle {
+		bufpool.Put(buf)
+		buf = nil
+	}
+	*m = Message{buf: buf[:0]}
+}
 
 func readBody(r io.Reader, buf []byte, n int) ([]byte, error) {
 	if cap(buf) > maxKept && n < cap(buf)/4 {
+		bufpool.Put(buf)
 		buf = nil
 	}
 	if cap(buf) >= n || n <= chunk {
@@ -237,21 +281,25 @@ func readBody(r io.Reader, buf []byte, n int) ([]byte, error) {
 		_, err := io.ReadFull(r, buf)
 		return buf, err
 	}
-	buf = buf[:0]
-	for len(buf) < n {
-		step := min(n-len(buf), max(chunk, len(buf)))
-		if cap(buf)-len(buf) < step {
-			grown := make([]byte, len(buf), len(buf)+step)
-			copy(grown, buf)
-			buf = grown
-		}
-		k, err := io.ReadFull(r, buf[len(buf):len(buf)+step])
-		buf = buf[:len(buf)+k]
-		if err != nil {
-			return buf, err
-		}
+	if cap(buf) < chunk {
+		buf = bufpool.Get(chunk)
 	}
-	return buf, nil
+	have := 0
+	for {
+		want := min(n, cap(buf))
+		k, err := io.ReadFull(r, buf[have:want])
+		have += k
+		if err != nil {
+			return buf[:have], err
+		}
+		if have == n {
+			return buf[:n], nil
+		}
+		next := bufpool.Get(min(n, growth*have))
+		copy(next, buf[:have])
+		bufpool.Put(buf)
+		buf = next
+	}
 }
 
 var errShort = errors.New("truncated field")

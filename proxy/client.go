@@ -14,6 +14,7 @@ import (
 	"github.com/dabbrpc/dabb/balancer"
 	"github.com/dabbrpc/dabb/codec"
 	_ "github.com/dabbrpc/dabb/codec/proto" // the default codec
+	"github.com/dabbrpc/dabb/internal/bufpool"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/registry"
 	"github.com/dabbrpc/dabb/transport"
@@ -453,6 +454,10 @@ func (c *Client) newKey() string {
 	return string(strconv.AppendUint(b[:n], c.keySeq.Add(1), 36))
 }
 
+// maxKeptPayload is the largest request payload buffer kept with a pooled
+// request.
+const maxKeptPayload = 256 << 10
+
 // outgoing holds a pooled request message and its payload buffer.
 type outgoing struct {
 	msg     protocol.Message
@@ -500,6 +505,12 @@ func (c *Client) exchange(ctx context.Context, call *Call, addr string) (*protoc
 	m.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, call.codec.ID()), 0, 0)
 	resp, err := c.pool.RoundTrip(ctx, addr, m)
 	*m = protocol.Message{}
+	if cap(out.payload) > maxKeptPayload {
+		// Written by now: hand a large buffer back to the shared pool
+		// instead of pinning it to a pooled request.
+		bufpool.Put(out.payload)
+		out.payload = nil
+	}
 	return resp, err
 }
 

@@ -38,11 +38,10 @@ var msgPool = sync.Pool{New: func() any { return new(protocol.Message) }}
 
 func getMessage() *protocol.Message { return msgPool.Get().(*protocol.Message) }
 
+// putMessage pools a message that was read into; a large body buffer goes
+// back to the shared buffer pool (Recycle), not with the message.
 func putMessage(m *protocol.Message) {
-	if cap(m.Payload) > maxKeptBuffer {
-		return // let a large body's buffer go
-	}
-	m.Reset()
+	m.Recycle()
 	msgPool.Put(m)
 }
 

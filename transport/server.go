@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dabbrpc/dabb/internal/bufpool"
 	"github.com/dabbrpc/dabb/protocol"
 )
 
@@ -460,12 +461,15 @@ type serverCall struct {
 var serverCallPool = sync.Pool{New: func() any { return new(serverCall) }}
 
 func putServerCall(call *serverCall) {
-	if cap(call.req.Payload) > maxKeptBuffer || cap(call.resp.Payload) > maxKeptBuffer {
-		return
-	}
 	call.sc = nil
-	call.req.Reset()
+	call.req.Recycle()
 	payload := call.resp.Payload[:0] // the next handler encodes into it
+	if cap(payload) > maxKeptBuffer {
+		// A large response (from the codec, often out of the shared
+		// pool) has been written: hand it back rather than keep it.
+		bufpool.Put(payload)
+		payload = nil
+	}
 	call.resp.Reset()
 	call.resp.Payload = payload
 	call.reuseCtx()

@@ -44,6 +44,7 @@ type frameWriter struct {
 	onError func(error)
 
 	mu       sync.Mutex // guards the fields below
+	turn     sync.Cond  // on mu: signalled when flushing ends, for writeLarge
 	buf      []byte     // frames waiting to be written
 	spare    []byte     // the buffer of the previous write, reused
 	flushing bool       // a goroutine is in the flush loop
@@ -56,9 +57,15 @@ type frameWriter struct {
 // large frame must not pin megabytes per connection forever.
 const maxKeptBuffer = 256 << 10
 
+// largePayload is the payload size from which a frame is written from the
+// caller's own payload buffer (one writev of the frame's head and the
+// payload) instead of being copied into the writer's buffer.
+const largePayload = 64 << 10
+
 func (w *frameWriter) init(nc net.Conn, onError func(error)) {
 	w.nc = nc
 	w.onError = onError
+	w.turn.L = &w.mu
 }
 
 // eventKind selects an event frame for writeEvent.
@@ -83,8 +90,40 @@ func (w *frameWriter) writeMessage(m *protocol.Message) (queued bool, err error)
 		w.mu.Unlock()
 		return false, err
 	}
+	if len(m.Payload) >= largePayload {
+		return w.writeLarge(m)
+	}
 	w.buf = protocol.AppendMessage(w.buf, m)
 	return true, w.flushOrReturn()
+}
+
+// writeLarge writes a frame with a large payload straight from m.Payload,
+// without copying it: it waits for its turn as the flusher, writes what is
+// buffered plus the frame's head and payload in one writev, and then goes
+// on flushing what others buffered meanwhile like any flusher. It returns
+// only once m.Payload has been written, so the caller may reuse it. It is
+// called with mu held; it releases mu.
+func (w *frameWriter) writeLarge(m *protocol.Message) (queued bool, err error) {
+	for w.flushing && w.err == nil {
+		w.turn.Wait()
+	}
+	if w.err != nil {
+		err = w.err
+		w.mu.Unlock()
+		return false, err
+	}
+	w.flushing = true
+	w.buf = protocol.AppendFrameHead(w.buf, m)
+	b := w.buf
+	w.buf = w.spare[:0]
+	w.spare = nil
+	w.mu.Unlock()
+
+	bufs := net.Buffers{b, m.Payload}
+	_, err = bufs.WriteTo(w.nc)
+
+	w.mu.Lock()
+	return true, w.wrote(b, err)
 }
 
 // writeEvent writes an event frame with the given id.
@@ -167,32 +206,57 @@ func (w *frameWriter) flushLoop() error {
 		_, err := w.nc.Write(b)
 
 		w.mu.Lock()
-		w.writes++
-		if cap(b) <= maxKeptBuffer {
-			w.spare = b[:0]
-		}
-		if err != nil {
-			if w.err == nil {
-				w.err = err
-			}
-			w.buf = w.buf[:0] // the connection is going down with them
-			w.endFlushLocked()
-			w.mu.Unlock()
-			w.onError(err)
+		if done, err := w.afterWrite(b, err); done {
 			return err
-		}
-		if len(w.buf) == 0 || w.err != nil {
-			if w.err != nil {
-				w.buf = w.buf[:0]
-			}
-			w.endFlushLocked()
-			w.mu.Unlock()
-			return nil
 		}
 	}
 }
 
-func (w *frameWriter) endFlushLocked() { w.flushing = false }
+// wrote finishes a flusher's write of b that ended with err, and flushes
+// what was buffered meanwhile. It is called with mu held; it releases mu.
+func (w *frameWriter) wrote(b []byte, err error) error {
+	if done, err := w.afterWrite(b, err); done {
+		return err
+	}
+	return w.flushLoop()
+}
+
+// afterWrite books a flusher's completed write of b. done reports that
+// the flush is over (the buffer is empty, or the writer failed): mu is
+// released then, and err is this write's error. Otherwise mu is still held
+// and there is more to write.
+func (w *frameWriter) afterWrite(b []byte, err error) (done bool, _ error) {
+	w.writes++
+	if cap(b) <= maxKeptBuffer {
+		w.spare = b[:0]
+	}
+	if err != nil {
+		if w.err == nil {
+			w.err = err
+		}
+		w.buf = w.buf[:0] // the connection is going down with them
+		w.endFlushLocked()
+		w.mu.Unlock()
+		w.onError(err)
+		return true, err
+	}
+	if len(w.buf) == 0 || w.err != nil {
+		if w.err != nil {
+			w.buf = w.buf[:0]
+		}
+		w.endFlushLocked()
+		w.mu.Unlock()
+		return true, nil
+	}
+	return false, nil
+}
+
+// endFlushLocked ends a flush and wakes the large writers waiting for
+// their turn.
+func (w *frameWriter) endFlushLocked() {
+	w.flushing = false
+	w.turn.Broadcast()
+}
 
 // fail makes every later write fail with err (the first cause wins). Frames
 // still buffered are dropped.
@@ -204,6 +268,7 @@ func (w *frameWriter) fail(err error) {
 	if !w.flushing {
 		w.buf = w.buf[:0]
 	}
+	w.turn.Broadcast()
 	w.mu.Unlock()
 }
 

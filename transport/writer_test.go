@@ -179,3 +179,110 @@ func TestLivenessSilence(t *testing.T) {
 		t.Errorf("tick after a quiet interval = %v, want tickHeartbeat", got)
 	}
 }
+
+// A frame with a large payload is written from the caller's buffer: its
+// bytes on the wire are AppendMessage's, frames queued meanwhile stay
+// whole, and writeMessage returns only once the payload has been written.
+func TestWriterLargeFrame(t *testing.T) {
+	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{})}
+	var w frameWriter
+	w.init(c, func(err error) { t.Errorf("unexpected write error: %v", err) })
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := w.writeMessage(frameOf("first")) // becomes the flusher, blocks
+		first <- err
+	}()
+	waitFor(t, c.entered, "the first write")
+
+	large := frameOf(string(bytes.Repeat([]byte("L"), largePayload+123)))
+	type result struct {
+		queued  bool
+		err     error
+		written bool // the payload was on the wire when writeMessage returned
+	}
+	done := make(chan result, 1)
+	go func() {
+		queued, err := w.writeMessage(large)
+		c.mu.Lock()
+		var all []byte
+		for _, b := range c.writes {
+			all = append(all, b...)
+		}
+		c.mu.Unlock()
+		done <- result{queued, err, bytes.Contains(all, large.Payload)}
+	}()
+	if queued, err := w.writeMessage(frameOf("small")); !queued || err != nil {
+		t.Fatalf("small writeMessage while flushing = %v, %v", queued, err)
+	}
+	close(c.gate)
+	if err := waitFor(t, first, "the flusher"); err != nil {
+		t.Fatalf("flusher: %v", err)
+	}
+	r := waitFor(t, done, "the large write")
+	if !r.queued || r.err != nil {
+		t.Fatalf("large writeMessage = %v, %v; want queued, nil", r.queued, r.err)
+	}
+	if !r.written {
+		t.Fatalf("writeMessage of a large frame returned before its payload was written")
+	}
+	if !w.idle() {
+		t.Errorf("writer not idle after the writes")
+	}
+
+	c.mu.Lock()
+	var stream []byte
+	for _, b := range c.writes {
+		stream = append(stream, b...)
+	}
+	c.mu.Unlock()
+	if want := protocol.AppendMessage(nil, large); !bytes.Contains(stream, want) {
+		t.Errorf("the large frame on the wire differs from AppendMessage's encoding")
+	}
+	rd := protocol.NewReader(bufio.NewReader(bytes.NewReader(stream)), 0)
+	got := map[string]bool{}
+	for {
+		var m protocol.Message
+		if err := rd.Read(&m); err != nil {
+			break
+		}
+		got[string(m.Payload)] = true
+	}
+	for _, p := range []string{"first", "small", string(large.Payload)} {
+		if !got[p] {
+			t.Errorf("frame with a %d-byte payload missing from the stream (%d frames decoded)", len(p), len(got))
+		}
+	}
+}
+
+// A large writer waiting for its turn is released, with the error, when
+// the flusher's write fails.
+func TestWriterLargeWaiterReleasedOnFailure(t *testing.T) {
+	boom := errors.New("boom")
+	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{}), fail: boom}
+	var w frameWriter
+	w.init(c, func(error) {})
+	first := make(chan error, 1)
+	go func() {
+		_, err := w.writeMessage(frameOf("first"))
+		first <- err
+	}()
+	waitFor(t, c.entered, "the first write")
+	type result struct {
+		queued bool
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		queued, err := w.writeMessage(frameOf(string(make([]byte, largePayload))))
+		done <- result{queued, err}
+	}()
+	close(c.gate)
+	if err := waitFor(t, first, "the flusher"); !errors.Is(err, boom) {
+		t.Fatalf("flusher err = %v, want boom", err)
+	}
+	r := waitFor(t, done, "the waiting large write")
+	if r.queued || !errors.Is(r.err, boom) {
+		t.Fatalf("large write after the failure = %v, %v; want not queued, boom", r.queued, r.err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 
 	"github.com/dabbrpc/dabb/codec"
+	"github.com/dabbrpc/dabb/internal/bufpool"
 	pb "google.golang.org/protobuf/proto"
 )
 
@@ -48,13 +49,23 @@ func (Codec) ID() byte { return ID }
 func (Codec) Name() string { return Name }
 
 // Marshal appends the protobuf encoding of v, which must be a
-// proto.Message, to dst. When dst has room it allocates nothing of its own.
+// proto.Message, to dst. When dst has room it allocates nothing of its own;
+// when it has not and the result is 64 KiB or more, the new buffer comes
+// from the shared pool of large buffers, where the transport returns it
+// after writing it.
 func (Codec) Marshal(dst []byte, v any) ([]byte, error) {
 	m, ok := v.(pb.Message)
 	if !ok {
 		return dst, fmt.Errorf("%w: marshal %T", ErrNotMessage, v)
 	}
-	out, err := pb.MarshalOptions{}.MarshalAppend(dst, m)
+	// Size fills the message's size cache, which MarshalAppend would
+	// compute anyway; with UseCachedSize it is not computed twice.
+	if n := len(dst) + (pb.MarshalOptions{}).Size(m); n > cap(dst) && n >= bufpool.Min {
+		grown := bufpool.Get(n)[:len(dst)]
+		copy(grown, dst)
+		dst = grown
+	}
+	out, err := pb.MarshalOptions{UseCachedSize: true}.MarshalAppend(dst, m)
 	if err != nil {
 		return dst, fmt.Errorf("codec/proto: marshal %T: %w", v, err)
 	}

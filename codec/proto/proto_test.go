@@ -236,3 +236,26 @@ func TestMarshalNilMessage(t *testing.T) {
 		t.Errorf("Marshal(nil message) appended %q, want nothing", got[3:])
 	}
 }
+
+// A large message marshaled after a prefix that lacks room lands in a new
+// (pooled) buffer with the prefix kept; sizes on both sides of the pool's
+// 64 KiB floor encode exactly as proto.Marshal does.
+func TestMarshalLarge(t *testing.T) {
+	var c dabbproto.Codec
+	for _, n := range []int{100, 64<<10 - 10, 64 << 10, 1 << 20} {
+		msg := wrapperspb.Bytes(bytes.Repeat([]byte{7}, n))
+		want, err := pb.Marshal(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dst := range [][]byte{nil, []byte("pre"), make([]byte, 0, 2<<20)} {
+			got, err := c.Marshal(dst, msg)
+			if err != nil {
+				t.Fatalf("Marshal of %d bytes: %v", n, err)
+			}
+			if !bytes.Equal(got[:len(dst)], dst) || !bytes.Equal(got[len(dst):], want) {
+				t.Errorf("Marshal of %d bytes after a %d-byte prefix: wrong encoding", n, len(dst))
+			}
+		}
+	}
+}

@@ -1,0 +1,60 @@
+// Package bufpool keeps large byte buffers for reuse, so a stream of large
+// messages does not allocate (and zero) a new body for every frame.
+//
+// Buffers come in power-of-two size classes from [Min] to [Max]:
+//
+//	b := bufpool.Get(n) // len n, cap the class size ≥ n
+//	...
+//	bufpool.Put(b) // only when nothing refers to b any more
+//
+// Requests under Min are plain allocations (small buffers are cheap and
+// are pooled by their owners); over Max they are plain allocations too,
+// and Put drops them.
+package bufpool
+
+import (
+	"math/bits"
+	"sync"
+)
+
+const (
+	minShift = 16 // 64 KiB
+	maxShift = 24 // 16 MiB
+	// Min is the smallest buffer kept: 64 KiB.
+	Min = 1 << minShift
+	// Max is the largest buffer kept: 16 MiB, above the default body
+	// limit of 8 MiB plus its header.
+	Max = 1 << maxShift
+)
+
+// pools[i] holds buffers whose capacity is at least 1<<(minShift+i).
+var pools [maxShift - minShift + 1]sync.Pool
+
+// Get returns a buffer of length n. For n in [Min, Max] its capacity is the
+// power of two at or above n and it may come from the pool, holding old
+// bytes: the caller overwrites what it uses.
+func Get(n int) []byte {
+	if n < Min || n > Max {
+		return make([]byte, n)
+	}
+	shift := bits.Len(uint(n - 1)) // smallest s with 1<<s >= n
+	if p, ok := pools[shift-minShift].Get().(*[]byte); ok {
+		return (*p)[:n]
+	}
+	return make([]byte, n, 1<<shift)
+}
+
+// Put offers b for reuse. Buffers with a capacity under Min are ignored;
+// over Max they are dropped. The caller must not touch b afterwards.
+func Put(b []byte) {
+	c := cap(b)
+	if c < Min {
+		return
+	}
+	shift := bits.Len(uint(c)) - 1 // largest s with 1<<s <= c
+	if shift > maxShift {
+		return
+	}
+	b = b[:0]
+	pools[shift-minShift].Put(&b)
+}
