@@ -48,6 +48,11 @@ type frameWriter struct {
 	buf      []byte     // frames waiting to be written
 	spare    []byte     // the buffer of the previous write, reused
 	flushing bool       // a goroutine is in the flush loop
+	// company says how recently a frame joined another goroutine's
+	// flush: set to companyTurns then, it counts down by one per flush
+	// that found nobody joining. A flusher yields before its first write
+	// only while it is positive.
+	company int
 	err      error      // sticky: the first write error, or the close cause
 	writes   uint64     // completed writes, for stall detection
 	seen     uint64     // writes at the previous stall check
@@ -177,20 +182,33 @@ func (w *frameWriter) appendEventLocked(kind eventKind, id uint64) {
 	}
 }
 
+// companyTurns is how many flushes in a row may find nobody joining
+// before flushers stop yielding.
+const companyTurns = 16
+
 // flushOrReturn is called with mu held after a frame was appended; it
 // releases mu.
+//
+// While frames have recently joined other goroutines' flushes (company),
+// the new flusher yields once before its first write: callers that are
+// runnable now append their frames meanwhile and leave in the same
+// syscall. At low load nobody joins, company stays at zero and frames are
+// written at once: a yield would cost a trip through the scheduler and the
+// wake-up of an idle thread for every call (measured with dabbbench at
+// c=1: 12 % fewer calls/s with the unconditional yield).
 func (w *frameWriter) flushOrReturn() error {
 	if w.flushing {
+		w.company = companyTurns
 		w.mu.Unlock()
 		return nil
 	}
 	w.flushing = true
-	// Yield once before the first write: callers that are runnable now
-	// append their frames meanwhile and leave in the same syscall. With
-	// nothing else runnable (one caller at a time) it returns at once.
-	w.mu.Unlock()
-	runtime.Gosched()
-	w.mu.Lock()
+	if w.company > 0 {
+		w.company--
+		w.mu.Unlock()
+		runtime.Gosched()
+		w.mu.Lock()
+	}
 	return w.flushLoop()
 }
 

@@ -286,3 +286,45 @@ func TestWriterLargeWaiterReleasedOnFailure(t *testing.T) {
 		t.Fatalf("large write after the failure = %v, %v; want not queued, boom", r.queued, r.err)
 	}
 }
+
+// A flusher yields before writing only while frames have recently joined
+// other flushes: a frame joining sets company, and solo flushes wear it
+// down to zero, after which frames are written at once.
+func TestWriterCompany(t *testing.T) {
+	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{})}
+	var w frameWriter
+	w.init(c, func(err error) { t.Errorf("unexpected write error: %v", err) })
+	company := func() int {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.company
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.writeMessage(frameOf("first"))
+		done <- err
+	}()
+	waitFor(t, c.entered, "the first write")
+	if got := company(); got != 0 {
+		t.Fatalf("company = %d before anyone joined, want 0", got)
+	}
+	if _, err := w.writeMessage(frameOf("joins")); err != nil {
+		t.Fatal(err)
+	}
+	if got := company(); got != companyTurns {
+		t.Fatalf("company = %d after a frame joined a flush, want %d", got, companyTurns)
+	}
+	close(c.gate)
+	if err := waitFor(t, done, "the flusher"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range companyTurns + 3 {
+		if _, err := w.writeMessage(frameOf("solo")); err != nil {
+			t.Fatal(err)
+		}
+		want := max(0, companyTurns-1-i)
+		if got := company(); got != want {
+			t.Fatalf("company = %d after %d solo flushes, want %d", got, i+1, want)
+		}
+	}
+}
