@@ -53,9 +53,9 @@ type frameWriter struct {
 	// that found nobody joining. A flusher yields before its first write
 	// only while it is positive.
 	company int
-	err      error      // sticky: the first write error, or the close cause
-	writes   uint64     // completed writes, for stall detection
-	seen     uint64     // writes at the previous stall check
+	err     error  // sticky: the first write error, or the close cause
+	writes  uint64 // completed writes, for stall detection
+	seen    uint64 // writes at the previous stall check
 }
 
 // maxKeptBuffer bounds the capacity of a buffer kept for reuse: a single

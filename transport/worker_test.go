@@ -1,0 +1,92 @@
+package transport
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func (s *Server) idleCount() int {
+	s.workersMu.Lock()
+	defer s.workersMu.Unlock()
+	return len(s.idleWorkers)
+}
+
+// workerGoroutines counts the goroutines running Server.worker.
+func workerGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "transport.(*Server).worker(")
+}
+
+// until polls cond for the state of goroutines that no event announces,
+// failing after the test timeout.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(defaultTestTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// An idle worker is reused for the next request, survives one reap (it
+// has not been idle for a whole period yet), exits at the second, and a
+// request after that starts a new one.
+func TestWorkersReaped(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	p := newPool(t, Config{})
+	call := func() {
+		t.Helper()
+		resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("x"))
+		if err != nil {
+			t.Fatalf("RoundTrip: %v", err)
+		}
+		p.Release(resp)
+	}
+	s := ts.srv
+	before := workerGoroutines()
+	call()
+	until(t, "the worker is idle", func() bool { return s.idleCount() == 1 })
+	call()
+	until(t, "the worker is idle again", func() bool { return s.idleCount() == 1 })
+	if got := workerGoroutines() - before; got != 1 {
+		t.Fatalf("%d worker goroutines after two sequential calls, want 1 (reused)", got)
+	}
+	s.reap()
+	if got := s.idleCount(); got != 1 {
+		t.Fatalf("first reap left %d idle workers, want 1: it went idle in this period", got)
+	}
+	s.reap()
+	if got := s.idleCount(); got != 0 {
+		t.Fatalf("second reap left %d idle workers, want 0", got)
+	}
+	until(t, "the reaped worker exits", func() bool { return workerGoroutines() == before })
+	call()
+	until(t, "a new worker is idle", func() bool { return s.idleCount() == 1 })
+}
+
+// Close makes idle workers exit (the package's goleak check would catch
+// one left behind) and busy ones once their call is done.
+func TestCloseStopsIdleWorkers(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	p := newPool(t, Config{})
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("x"))
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	p.Release(resp)
+	until(t, "the worker is idle", func() bool { return ts.srv.idleCount() == 1 })
+	if err := ts.srv.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if got := ts.srv.idleCount(); got != 0 {
+		t.Errorf("%d idle workers after Close", got)
+	}
+	if w := &(idleWorker{}); ts.srv.putIdle(w) {
+		t.Errorf("putIdle after Close accepted a worker")
+	}
+}
