@@ -49,6 +49,7 @@ type Call struct {
 	Attempt int
 
 	codec codec.Codec
+	start time.Time        // when Invoke began
 	tried [maxTried]string // instances this call attempted, for retries
 }
 

@@ -232,7 +232,8 @@ func (c *Client) Invoke(ctx context.Context, service, method string, req, resp a
 			o.apply(call)
 		}
 	}
-	call.Deadline = time.Now().Add(call.Timeout)
+	call.start = time.Now()
+	call.Deadline = call.start.Add(call.Timeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(call.Deadline) {
 		call.Deadline = dl
 	}
@@ -326,7 +327,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 		return &protocol.Error{Status: status,
 			Msg: "resolve " + call.Service, Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}
 	}
-	c.budget.call()
+	c.budget.call(call.start.Unix())
 	if !call.Idempotent && c.opts.idempotencyKeys {
 		if _, ok := call.Attachments[protocol.AttachIdempotencyKey]; !ok {
 			call.SetAttachment(protocol.AttachIdempotencyKey, c.newKey())
@@ -411,22 +412,22 @@ func (c *Client) retryable(ctx context.Context, call *Call, err error, attempt i
 // attempt sends one attempt to call.Addr through its breaker and reports
 // the outcome to the balancer.
 func (c *Client) attempt(ctx context.Context, call *Call, done balancer.Done) error {
-	return c.guarded(call, call.Addr, done, func() error { return c.send(ctx, call) })
+	return c.guarded(call, call.Addr, done, func(start time.Time) error { return c.send(ctx, call, start) })
 }
 
 // guarded runs one attempt to addr under addr's circuit breaker, then
 // reports its outcome to the balancer (done) and the observer. A breaker
 // that refuses the attempt makes it fail as not sent.
-func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func() error) error {
+func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(start time.Time) error) error {
 	start := time.Now()
 	var err error
 	if c.breakers.cfg.Disabled {
-		err = run()
+		err = run(start)
 	} else {
 		ran := false
 		_, berr := c.breakers.get(addr).cb.Execute(func() (struct{}, error) {
 			ran = true
-			err = run()
+			err = run(start)
 			return struct{}{}, err
 		})
 		if !ran {
@@ -466,8 +467,8 @@ type outgoing struct {
 
 // send is the last stage: it encodes the request, sends it to call.Addr
 // with what remains of the budget, and decodes the reply.
-func (c *Client) send(ctx context.Context, call *Call) error {
-	resp, err := c.exchange(ctx, call, call.Addr)
+func (c *Client) send(ctx context.Context, call *Call, start time.Time) error {
+	resp, err := c.exchange(ctx, call, call.Addr, start)
 	if err != nil {
 		return err
 	}
@@ -477,8 +478,8 @@ func (c *Client) send(ctx context.Context, call *Call) error {
 // exchange encodes the request, sends it to addr with what remains of the
 // budget and returns the OK response, which the caller must decode (or
 // release).
-func (c *Client) exchange(ctx context.Context, call *Call, addr string) (*protocol.Message, error) {
-	budget := time.Until(call.Deadline)
+func (c *Client) exchange(ctx context.Context, call *Call, addr string, start time.Time) (*protocol.Message, error) {
+	budget := call.Deadline.Sub(start)
 	if pt := c.opts.retry.PerTryTimeout; pt > 0 && call.Idempotent && pt < budget {
 		budget = pt
 	}

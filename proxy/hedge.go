@@ -30,9 +30,9 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 	launch := func(in registry.Instance, done balancer.Done) {
 		go func() {
 			var resp *protocol.Message
-			err := c.guarded(call, in.Addr, done, func() error {
+			err := c.guarded(call, in.Addr, done, func(start time.Time) error {
 				var err error
-				resp, err = c.exchange(ctx, call, in.Addr)
+				resp, err = c.exchange(ctx, call, in.Addr, start)
 				return err
 			})
 			results <- hedgeResult{resp, err, in.Addr}

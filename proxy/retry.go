@@ -142,8 +142,8 @@ func (b *retryBudget) bucket(now int64) *budgetBucket {
 	return k
 }
 
-// call records a call.
-func (b *retryBudget) call() { b.bucket(time.Now().Unix()).calls.Add(1) }
+// call records a call made at now (Unix seconds).
+func (b *retryBudget) call(now int64) { b.bucket(now).calls.Add(1) }
 
 // withdraw reports whether a retry is allowed now, and counts it if so.
 //

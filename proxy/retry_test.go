@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/transport"
@@ -43,7 +44,7 @@ func TestClassify(t *testing.T) {
 func TestRetryBudget(t *testing.T) {
 	b := newRetryBudget(0.1, 0)
 	for range 1000 {
-		b.call()
+		b.call(time.Now().Unix())
 	}
 	allowed := 0
 	for range 1000 {

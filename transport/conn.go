@@ -336,7 +336,10 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 	}
 	var remaining time.Duration
 	if req.Timeout > 0 {
-		remaining = req.Timeout - time.Since(start)
+		remaining = req.Timeout
+		if !start.IsZero() {
+			remaining -= time.Since(start)
+		}
 		if remaining <= 0 {
 			return nil, notSent(protocol.StatusClientTimeout, "timeout budget spent before sending", nil)
 		}

@@ -145,10 +145,10 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 		return nil, notSent(protocol.StatusClientError,
 			fmt.Sprintf("flags %#02x: a call needs FlagRequest and no FlagEvent", byte(f)), nil)
 	}
+	// start stays zero on the fast path: a ready connection writes at
+	// once, and the budget is req.Timeout whole. Waiting for a connection
+	// counts against it.
 	var start time.Time
-	if req.Timeout > 0 {
-		start = time.Now()
-	}
 	e := (*p.eps.Load())[addr]
 	if e == nil {
 		var err error
@@ -164,6 +164,9 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 	}
 	c := e.slots[i].Load()
 	if !c.usable() || e.readOnly.Load() {
+		if req.Timeout > 0 {
+			start = time.Now()
+		}
 		var err error
 		if c, err = e.slowConn(ctx, i, start, req.Timeout); err != nil {
 			return nil, err
