@@ -29,6 +29,7 @@ type config struct {
 	out        string
 	profile    string // directory for CPU profiles, or ""
 	readme     string // a Markdown file whose dabbbench block gets the table, or ""
+	allocs     bool   // also run the in-process benchmarks for allocations per call
 	args       []string
 }
 
@@ -47,6 +48,7 @@ func parseFlags(args []string) (config, error) {
 	large := fs.Int("large", 2, "1 MiB-call goroutines of the -mix point")
 	out := fs.String("out", "results", "directory for the table, CSV and chart")
 	readme := fs.String("readme", "", "also put the table into this Markdown file, between <!-- dabbbench:start --> and <!-- dabbbench:end -->")
+	allocs := fs.Bool("allocs", true, "after the sweep, also count allocations per call with the in-process benchmarks (go test -bench in the bench module, about 20 s)")
 	profile := fs.String("cpuprofile", "", "directory to write CPU profiles to: <framework>-client.pprof and <framework>-server.pprof")
 	fs.Bool("server", false, "run as a framework's server process (used by the command itself)")
 	fs.String("framework", "", "with -server: the framework to serve")
@@ -57,7 +59,7 @@ func parseFlags(args []string) (config, error) {
 		return config{}, fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
 	}
 	cfg := config{duration: *duration, warmup: *warmup, payload: *payload, mix: *mix,
-		mixC: *mixC, large: *large, out: *out, profile: *profile, readme: *readme, args: args}
+		mixC: *mixC, large: *large, out: *out, profile: *profile, readme: *readme, allocs: *allocs, args: args}
 	for _, n := range strings.Split(*names, ",") {
 		f, err := frameworks.Lookup(strings.TrimSpace(n))
 		if err != nil {
@@ -98,4 +100,13 @@ func (c config) points() int {
 		}
 	}
 	return n * len(c.frameworks)
+}
+
+// frameworkNames returns the names of the chosen frameworks.
+func (c config) frameworkNames() []string {
+	names := make([]string, len(c.frameworks))
+	for i, f := range c.frameworks {
+		names[i] = f.Name
+	}
+	return names
 }

@@ -17,6 +17,12 @@
 // With -cpuprofile DIR, each framework's client and server write CPU
 // profiles there (go tool pprof DIR/dabb-server.pprof).
 //
+// With -allocs (the default), after the sweep the command runs the
+// in-process benchmarks of the bench module (go test -bench, client and
+// server in one process) and adds allocations per call, with the
+// protobuf codec floor beside them, to the table; go test's output goes
+// to inproc.txt in -out.
+//
 // The table goes to stdout and, with a CSV and an SVG chart, to -out
 // (results/bench.{md,csv,svg}, or bench-16k.* and bench-1m.* for the
 // large payloads). A progress line goes to stderr.

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 // and checks the table, CSV and chart it writes.
 func TestRun(t *testing.T) {
 	out := t.TempDir()
-	cfg, err := parseFlags([]string{"-c", "1,4", "-duration", "150ms", "-warmup", "50ms", "-mixc", "2", "-large", "1", "-out", out})
+	cfg, err := parseFlags([]string{"-c", "1,4", "-duration", "150ms", "-warmup", "50ms", "-mixc", "2", "-large", "1", "-allocs=false", "-out", out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +92,7 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{"defaults", nil, true},
 		{"subset", []string{"-frameworks", "dabb,raw", "-c", "1,2"}, true},
+		{"no allocations", []string{"-allocs=false"}, true},
 		{"unknown framework", []string{"-frameworks", "dabb,thrift"}, false},
 		{"bad concurrency", []string{"-c", "1,x"}, false},
 		{"zero concurrency", []string{"-c", "0"}, false},

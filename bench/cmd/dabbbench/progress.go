@@ -10,18 +10,22 @@ import (
 
 // progress keeps one status line on stderr: the framework, the point, the
 // time left in the point and in the run. On a terminal the line redraws
-// in place; otherwise a line is printed as each point begins.
+// in place; otherwise a line is printed as each point begins. With
+// -allocs, a last step, the allocation benchmarks, follows the points.
 type progress struct {
 	w        io.Writer
 	tty      bool
-	total    int
+	total    int // steps: the points and the allocations step
+	points   int
 	perPoint time.Duration
+	tail     time.Duration // estimate of the allocations step, 0 without it
 
 	mu      sync.Mutex // guards following
 	done    int
 	name    string
 	label   string
 	until   time.Time
+	inTail  bool // the allocations step has begun
 	drawn   bool
 	stopped bool
 	tick    *time.Ticker
@@ -30,8 +34,12 @@ type progress struct {
 }
 
 func newProgress(w io.Writer, cfg config) *progress {
-	p := &progress{w: w, total: cfg.points(), perPoint: cfg.warmup + cfg.duration,
+	p := &progress{w: w, total: cfg.points(), points: cfg.points(), perPoint: cfg.warmup + cfg.duration,
 		quit: make(chan struct{}), exited: make(chan struct{})}
+	if cfg.allocs {
+		p.total++
+		p.tail = allocsEstimate(cfg.frameworkNames())
+	}
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			p.tty = true
@@ -71,6 +79,20 @@ func (p *progress) begin(name, label string, d time.Duration) {
 		p.done+1, p.total, name, label, d, p.left().Round(time.Second))
 }
 
+// beginTail announces the last step, the allocation benchmarks, which
+// take about p.tail.
+func (p *progress) beginTail(name, label string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inTail, p.done = true, p.total-1
+	p.name, p.label, p.until = name, label, time.Now().Add(p.tail)
+	if p.tty {
+		p.draw()
+		return
+	}
+	fmt.Fprintf(p.w, "dabbbench: [%d/%d] %s: %s, ~%.0f s\n", p.total, p.total, name, label, p.tail.Seconds())
+}
+
 // end counts a finished point.
 func (p *progress) end() {
 	p.mu.Lock()
@@ -85,13 +107,22 @@ func (p *progress) left() time.Duration {
 	if p.name == "" {
 		cur = 0
 	}
-	rest := max(p.total-p.done-1, 0)
-	return cur + time.Duration(rest)*p.perPoint
+	if p.inTail {
+		return cur
+	}
+	rest := max(p.points-p.done-1, 0)
+	return cur + time.Duration(rest)*p.perPoint + p.tail
 }
 
 // draw redraws the status line; p.mu held.
 func (p *progress) draw() {
 	if !p.tty || p.stopped || p.name == "" {
+		return
+	}
+	if p.inTail {
+		fmt.Fprintf(p.w, "\r\033[K[%d/%d] %s: %s, ~%.0f s: %.0f s left",
+			p.total, p.total, p.name, p.label, p.tail.Seconds(), max(time.Until(p.until), 0).Seconds())
+		p.drawn = true
 		return
 	}
 	fmt.Fprintf(p.w, "\r\033[K[%d/%d] %s %s: %.1fs left, run %v left",

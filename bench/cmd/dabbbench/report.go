@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -33,12 +34,17 @@ func writeResults(res *results, stdout io.Writer) error {
 		base + ".csv": func(w io.Writer) error { return writeCSV(w, res) },
 		base + ".svg": func(w io.Writer) error { return writeSVG(w, res) },
 	}
+	written := filepath.Join(res.cfg.out, base+".{md,csv,svg}")
+	if a := res.allocs; a != nil {
+		files[inprocFile] = func(w io.Writer) error { _, err := io.WriteString(w, a.inprocText()); return err }
+		written += ", " + filepath.Join(res.cfg.out, inprocFile)
+	}
 	for name, write := range files {
 		if err := writeFile(filepath.Join(res.cfg.out, name), write); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "\nwritten: %s\n", filepath.Join(res.cfg.out, base+".{md,csv,svg}"))
+	fmt.Fprintf(stdout, "\nwritten: %s\n", written)
 	if res.cfg.readme != "" {
 		from, err := filepath.Abs(filepath.Dir(res.cfg.readme))
 		if err != nil {
@@ -61,6 +67,10 @@ func writeResults(res *results, stdout io.Writer) error {
 	}
 	return nil
 }
+
+// inprocFile is the file in the output directory that gets go test's
+// output of the allocation benchmarks.
+const inprocFile = "inproc.txt"
 
 // The markers around the block of a Markdown file that -readme rewrites.
 const (
@@ -227,6 +237,7 @@ func writeMarkdown(w io.Writer, res *results, chart string) {
 				ratio, a.rate(), m.rate(), float64(m.LargeN)/m.Window.Seconds(), fmtDur(m.LargeP99))
 		}
 	}
+	writeAllocs(w, res, path.Join(path.Dir(chart), inprocFile))
 	writeTargets(w, res)
 	var errs []string
 	for _, p := range res.points {

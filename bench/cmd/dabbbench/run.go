@@ -83,7 +83,8 @@ type results struct {
 	loadFrom string
 	loadTo   string
 	points   []point
-	skipped  []string // frameworks that failed to start, with why
+	skipped  []string      // frameworks that failed to start, with why
+	allocs   *allocResults // the in-process benchmarks, nil without -allocs
 }
 
 func run(cfg config, stdout, stderr io.Writer) error {
@@ -98,9 +99,19 @@ func run(cfg config, stdout, stderr io.Writer) error {
 			res.skipped = append(res.skipped, fmt.Sprintf("%s: %v", f.Name, err))
 		}
 	}
-	prog.stop()
+	// The sweep's header (duration, load averages) describes the sweep
+	// alone; the allocation benchmarks run after it, in their own process.
 	res.end = time.Now()
 	res.loadTo = loadAvg()
+	if cfg.allocs {
+		prog.beginTail("allocations", "in-process benchmarks")
+		res.allocs = measureAllocs(context.Background(), cfg.frameworkNames())
+		prog.end()
+		if res.allocs.err != nil {
+			prog.logf("%v", res.allocs.err)
+		}
+	}
+	prog.stop()
 	return writeResults(res, stdout)
 }
 

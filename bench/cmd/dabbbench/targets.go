@@ -5,10 +5,14 @@ import (
 	"io"
 )
 
+// maxAllocsOverFloor is dabb's target for allocations per call, client
+// and server together, over the protobuf codec floor.
+const maxAllocsOverFloor = 4
+
 // writeTargets writes dabb's standing against the goals it is built to:
 // throughput, latency and CPU per call relative to the peers in the same
-// run, and the large-payload ratio. Lines whose points were not measured
-// are left out.
+// run, the large-payload ratio, and the allocations per call over the
+// codec floor. Lines whose points were not measured are left out.
 func writeTargets(w io.Writer, res *results) {
 	var lines []string
 	check := func(what string, got, target float64, atLeast bool, unit string) {
@@ -53,6 +57,13 @@ func writeTargets(w io.Writer, res *results) {
 	}
 	if a, m, ok := res.mixPair("dabb"); ok && a.P99 > 0 {
 		check(fmt.Sprintf("small-call p99 with %d×1 MiB calls ÷ without (dabb)", res.cfg.large), float64(m.P99)/float64(a.P99), 3, false, "×")
+	}
+	if over, ok := res.allocs.dabbOverFloor(); ok {
+		verdict := "met"
+		if over > maxAllocsOverFloor {
+			verdict = "NOT met"
+		}
+		lines = append(lines, fmt.Sprintf("| allocations per call, dabb − codec floor | %+d | ≤ %+d | %s |", over, maxAllocsOverFloor, verdict))
 	}
 	if len(lines) == 0 {
 		return
