@@ -677,3 +677,53 @@ func TestReadOnlyClearedByFreshDial(t *testing.T) {
 		t.Errorf("ReadOnly still true after a fresh connection")
 	}
 }
+
+// Calls with different budgets on one connection each time out on their
+// own budget, whatever order they were made in: the connection's one
+// deadline sweeper is armed for the earliest, re-armed earlier when a
+// shorter budget arrives, and re-armed for the next after each run. A call
+// that answers in time is untouched.
+func TestTimeoutsOfDifferentBudgets(t *testing.T) {
+	bs := startBlockingServer(t, ServerConfig{})
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	ctx := testCtx(t)
+	budgets := []time.Duration{120 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond, 20 * time.Millisecond}
+	type result struct {
+		budget  time.Duration
+		elapsed time.Duration
+		err     error
+	}
+	results := make(chan result, len(budgets))
+	for _, b := range budgets {
+		req := newRequest(b.String())
+		req.Timeout = b
+		go func() {
+			start := time.Now()
+			_, err := p.RoundTrip(ctx, bs.addr, req)
+			results <- result{b, time.Since(start), err}
+		}()
+		waitFor(t, bs.entered, "the handler of the "+b.String()+" call")
+	}
+	for range budgets {
+		r := waitFor(t, results, "a timed-out call")
+		wantStatus(t, r.err, protocol.StatusServerTimeout, false, false)
+		if r.elapsed < r.budget {
+			t.Errorf("the %v call timed out after %v, before its budget", r.budget, r.elapsed)
+		}
+		if r.elapsed > r.budget+time.Second {
+			t.Errorf("the %v call timed out after %v, long after its budget", r.budget, r.elapsed)
+		}
+	}
+	if n := p.pendingLen(bs.addr); n != 0 {
+		t.Fatalf("pending table holds %d calls after the timeouts, want 0", n)
+	}
+	// A call with a budget that is answered in time is not timed out.
+	close(bs.release)
+	req := newRequest("in time")
+	req.Timeout = 5 * time.Second
+	resp, err := p.RoundTrip(ctx, bs.addr, req)
+	if err != nil {
+		t.Fatalf("call answered in time: %v", err)
+	}
+	p.Release(resp)
+}
