@@ -279,8 +279,12 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 		setError(resp, protocol.StatusBadRequest, err.Error())
 		return
 	}
-	if req.Attachments != nil {
-		ctx = context.WithValue(ctx, attachmentsKey{}, req.Attachments)
+	if (req.Attachments != nil || req.IdempotencyKey != "") && transport.Request(ctx) != req {
+		// A one-way request without a budget is served with the server's
+		// base context, which does not carry the request: carry it here.
+		// Every other handler context answers transport.Request itself,
+		// so reading attachments costs no context per call.
+		ctx = context.WithValue(ctx, requestKey{}, req)
 	}
 	d := s.decoders.Get().(*decoder)
 	d.codec, d.data, d.method = c, req.Payload, m.Name
@@ -339,18 +343,33 @@ func (d *decoder) decode(v any) error {
 	return nil
 }
 
-type attachmentsKey struct{}
+type requestKey struct{}
+
+// request returns the request being served with ctx, or nil.
+func request(ctx context.Context) *protocol.Message {
+	if m, ok := ctx.Value(requestKey{}).(*protocol.Message); ok {
+		return m
+	}
+	return transport.Request(ctx)
+}
 
 // Attachments returns the attachments the caller sent with the request
-// being served (trace ids, auth, the idempotency key), or nil.
+// being served (trace ids, auth), or nil. The idempotency key and the
+// timeout are not among them: see IdempotencyKey and ctx.Deadline. The map
+// belongs to the request: read it during the call, copy what you keep.
 func Attachments(ctx context.Context) map[string]string {
-	a, _ := ctx.Value(attachmentsKey{}).(map[string]string)
-	return a
+	if m := request(ctx); m != nil {
+		return m.Attachments
+	}
+	return nil
 }
 
 // IdempotencyKey returns the idempotency key of the request being served:
 // every attempt of one client call carries the same key, so a handler can
 // use it to recognise a retry. Empty when the caller sent none.
 func IdempotencyKey(ctx context.Context) string {
-	return Attachments(ctx)[protocol.AttachIdempotencyKey]
+	if m := request(ctx); m != nil {
+		return m.IdempotencyKey
+	}
+	return ""
 }

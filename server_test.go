@@ -234,8 +234,9 @@ func TestIdempotencyKeyReachesHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reply.GetSku() != "order-7" || reply.GetCount() != 2 {
-		t.Fatalf("handler saw key %q and %d attachments, want order-7 and 2", reply.GetSku(), reply.GetCount())
+	// The key is read with IdempotencyKey, not among the Attachments.
+	if reply.GetSku() != "order-7" || reply.GetCount() != 1 {
+		t.Fatalf("handler saw key %q and %d attachments, want order-7 and 1 (trace)", reply.GetSku(), reply.GetCount())
 	}
 	// An idempotent call without attachments sends none.
 	reply, err = call(ctx, c, "key", proxy.Idempotent())

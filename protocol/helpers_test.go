@@ -32,7 +32,9 @@ func reader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b))
 
 // diffMessage describes how got differs from want in what travels on the
 // wire (header bytes 0-11, the body fields), or returns "". A nil and an
-// empty attachment map are equal; the body length is not compared.
+// empty attachment map are equal, and the idempotency key counts the same
+// in its field or in the map (a read puts it in the field); the body
+// length is not compared.
 func diffMessage(got, want *protocol.Message) string {
 	var d []string
 	if !bytes.Equal(got.Header[:12], want.Header[:12]) {
@@ -47,13 +49,31 @@ func diffMessage(got, want *protocol.Message) string {
 	if got.Timeout != want.Timeout {
 		d = append(d, fmt.Sprintf("timeout %v, want %v", got.Timeout, want.Timeout))
 	}
-	if !maps.Equal(got.Attachments, want.Attachments) {
-		d = append(d, fmt.Sprintf("attachments %q, want %q", got.Attachments, want.Attachments))
+	gk, ga := splitKey(got)
+	wk, wa := splitKey(want)
+	if gk != wk {
+		d = append(d, fmt.Sprintf("idempotency key %q, want %q", gk, wk))
+	}
+	if !maps.Equal(ga, wa) {
+		d = append(d, fmt.Sprintf("attachments %q, want %q", ga, wa))
 	}
 	if !bytes.Equal(got.Payload, want.Payload) {
 		d = append(d, fmt.Sprintf("payload of %d bytes %.32q, want %d bytes %.32q", len(got.Payload), got.Payload, len(want.Payload), want.Payload))
 	}
 	return strings.Join(d, "; ")
+}
+
+// splitKey returns the idempotency key m sends and its other attachments.
+func splitKey(m *protocol.Message) (string, map[string]string) {
+	key, a := m.IdempotencyKey, m.Attachments
+	if v, ok := a[protocol.AttachIdempotencyKey]; ok {
+		if key == "" {
+			key = v
+		}
+		a = maps.Clone(a)
+		delete(a, protocol.AttachIdempotencyKey)
+	}
+	return key, a
 }
 
 // allocatedBytes reports the bytes f allocates on average over runs.

@@ -20,7 +20,8 @@ const (
 	// attachment); "0" means the budget is spent.
 	AttachTimeout = "timeout"
 	// AttachIdempotencyKey is the key shared by every attempt of one
-	// call, so a server can deduplicate retries.
+	// call, so a server can deduplicate retries. It is decoded into
+	// [Message.IdempotencyKey], never into the map.
 	AttachIdempotencyKey = "idempotency-key"
 )
 
@@ -43,8 +44,14 @@ type Message struct {
 	// Timeout is the remaining deadline budget: > 0 a budget, 0 none,
 	// < 0 already spent. It travels as the "timeout" attachment.
 	Timeout time.Duration
-	// Attachments are string key/value pairs (idempotency key, trace
-	// ids, auth). Nil when the frame has none.
+	// IdempotencyKey travels as the "idempotency-key" attachment. A read
+	// puts it here rather than in Attachments, so a keyed request decodes
+	// without a map. When writing, a non-empty IdempotencyKey is sent and
+	// an "idempotency-key" entry of Attachments is not; an empty one lets
+	// the map's entry, if any, travel.
+	IdempotencyKey string
+	// Attachments are string key/value pairs (trace ids, auth, ...). Nil
+	// when the frame has none besides the timeout and idempotency key.
 	Attachments map[string]string
 	// Payload is the codec's bytes (or, in a non-OK response, the error
 	// text). After a read it aliases the message's own buffer and stays
@@ -123,6 +130,12 @@ func appendHead(dst []byte, m *Message) []byte {
 	if m.Timeout != 0 {
 		n++
 	}
+	if m.IdempotencyKey != "" {
+		n++
+		if _, dup := m.Attachments[AttachIdempotencyKey]; dup {
+			n--
+		}
+	}
 	dst = binary.AppendUvarint(dst, uint64(n))
 	if m.Timeout != 0 {
 		// Rounded up, so the server's deadline is never earlier
@@ -138,8 +151,12 @@ func appendHead(dst []byte, m *Message) []byte {
 		var num [20]byte
 		dst = appendBytes(dst, strconv.AppendInt(num[:0], ms, 10))
 	}
+	if m.IdempotencyKey != "" {
+		dst = appendString(dst, AttachIdempotencyKey)
+		dst = appendString(dst, m.IdempotencyKey)
+	}
 	for k, v := range m.Attachments {
-		if k == AttachTimeout {
+		if k == AttachTimeout || (k == AttachIdempotencyKey && m.IdempotencyKey != "") {
 			continue
 		}
 		dst = appendString(dst, k)
@@ -337,6 +354,10 @@ func (m *Message) decodeBody(b []byte, intern func([]byte) string) error {
 				return perr
 			}
 			m.Timeout = ms
+			continue
+		}
+		if string(key) == AttachIdempotencyKey {
+			m.IdempotencyKey = string(val)
 			continue
 		}
 		if m.Attachments == nil {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -623,6 +624,44 @@ func TestAppendFrameHead(t *testing.T) {
 			got := append(protocol.AppendFrameHead([]byte("prefix"), tt.m), tt.m.Payload...)
 			if !bytes.Equal(got[len("prefix"):], want) {
 				t.Errorf("AppendFrameHead + payload:\n got %x\nwant %x", got[len("prefix"):min(len(got), 64)], want[:min(len(want), 58)])
+			}
+		})
+	}
+}
+
+// The idempotency key is read into its own field, never into the map, so
+// a request whose only attachment is the key decodes without a map; on
+// write a non-empty field is sent and wins over a map entry.
+func TestIdempotencyKeyField(t *testing.T) {
+	tests := []struct {
+		name       string
+		in         protocol.Message
+		wantKey    string
+		wantAttach map[string]string
+	}{
+		{"from the map", protocol.Message{Header: request(1),
+			Attachments: map[string]string{protocol.AttachIdempotencyKey: "k-map"}}, "k-map", nil},
+		{"from the field", protocol.Message{Header: request(2), IdempotencyKey: "k-field"}, "k-field", nil},
+		{"field wins over the map", protocol.Message{Header: request(3), IdempotencyKey: "k-field",
+			Attachments: map[string]string{protocol.AttachIdempotencyKey: "k-map", "trace": "t"}},
+			"k-field", map[string]string{"trace": "t"}},
+		{"no key", protocol.Message{Header: request(4), Attachments: map[string]string{"trace": "t"}},
+			"", map[string]string{"trace": "t"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got protocol.Message
+			if err := protocol.ReadMessage(reader(protocol.AppendMessage(nil, &tt.in)), &got, 0); err != nil {
+				t.Fatalf("ReadMessage: %v", err)
+			}
+			if got.IdempotencyKey != tt.wantKey {
+				t.Errorf("IdempotencyKey = %q, want %q", got.IdempotencyKey, tt.wantKey)
+			}
+			if tt.wantAttach == nil && got.Attachments != nil {
+				t.Errorf("Attachments = %q, want nil (no map for the key alone)", got.Attachments)
+			}
+			if tt.wantAttach != nil && !maps.Equal(got.Attachments, tt.wantAttach) {
+				t.Errorf("Attachments = %q, want %q", got.Attachments, tt.wantAttach)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -56,7 +57,14 @@ func serve(t *testing.T, s *seen, status protocol.Status, cfg transport.ServerCo
 		s.runs.Add(1)
 		s.mu.Lock()
 		s.budget = req.Timeout
-		s.attachments = req.Attachments
+		// What travelled: the map, plus the key a read puts in its field.
+		s.attachments = maps.Clone(req.Attachments)
+		if req.IdempotencyKey != "" {
+			if s.attachments == nil {
+				s.attachments = map[string]string{}
+			}
+			s.attachments[protocol.AttachIdempotencyKey] = req.IdempotencyKey
+		}
 		s.mu.Unlock()
 		if status == protocol.StatusServerThreadpoolExhausted {
 			<-block // hold the only slot so the next request is rejected

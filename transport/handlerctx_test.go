@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
 )
 
 func newHandlerCtx(t *testing.T, d time.Duration) (*handlerCtx, context.CancelFunc) {
@@ -126,7 +128,7 @@ func TestHandlerCtxNoDeadline(t *testing.T) {
 	base, closeBase := context.WithCancel(context.Background())
 	defer closeBase()
 	var c handlerCtx
-	c.init(base, time.Time{})
+	c.init(base, time.Time{}, nil)
 	defer c.cancel(context.Canceled)
 	if d, ok := c.Deadline(); ok || !d.IsZero() {
 		t.Errorf("Deadline() = %v, %v; want none", d, ok)
@@ -173,7 +175,7 @@ func TestServerCallReusesUnarmedCtx(t *testing.T) {
 			for _, deadline := range []time.Time{{}, time.Now().Add(time.Hour)} {
 				call := &serverCall{ctx: new(handlerCtx)}
 				ctx := call.ctx
-				ctx.init(base, deadline)
+				ctx.init(base, deadline, nil)
 				tt.use(ctx)
 				ctx.cancel(context.Canceled) // ServeRPC returned
 				call.reuseCtx()
@@ -181,12 +183,50 @@ func TestServerCallReusesUnarmedCtx(t *testing.T) {
 					t.Errorf("deadline %v: context kept for reuse: %v, want %v", !deadline.IsZero(), got, tt.reuse)
 				}
 				if tt.reuse {
-					ctx.init(base, time.Time{})
+					ctx.init(base, time.Time{}, nil)
 					if ctx.Err() != nil || ctx.finished || ctx.armed {
 						t.Errorf("init left state behind: err %v, finished %v, armed %v", ctx.Err(), ctx.finished, ctx.armed)
 					}
 				}
 			}
 		})
+	}
+}
+
+// A handler's context, and contexts derived from it, answer Request with
+// the request being served; other contexts with nil.
+func TestRequestFromContext(t *testing.T) {
+	type seen struct {
+		direct, derived *protocol.Message
+		key, service    string
+	}
+	got := make(chan seen, 1)
+	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		type userKey struct{}
+		derived := context.WithValue(ctx, userKey{}, 1)
+		r := Request(ctx)
+		s := seen{direct: r, derived: Request(derived)}
+		if r == req {
+			s.key, s.service = r.IdempotencyKey, r.Service
+		}
+		got <- s
+	}), ServerConfig{})
+	p := newPool(t, Config{})
+	req := newRequest("x")
+	req.IdempotencyKey = "k-7"
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, req)
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	p.Release(resp)
+	s := waitFor(t, got, "the handler")
+	if s.direct == nil || s.derived != s.direct {
+		t.Fatalf("Request(ctx) = %p, Request(derived) = %p; want the same non-nil request", s.direct, s.derived)
+	}
+	if s.key != "k-7" || s.service != "test.Echo" {
+		t.Errorf("Request(ctx) is not the request served: key %q, service %q", s.key, s.service)
+	}
+	if r := Request(context.Background()); r != nil {
+		t.Errorf("Request(context.Background()) = %v, want nil", r)
 	}
 }

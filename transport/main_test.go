@@ -57,9 +57,11 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-// echo answers with the request's payload and attachments.
+// echo answers with the request's payload, attachments and idempotency
+// key.
 var echo = HandlerFunc(func(_ context.Context, req, resp *protocol.Message) {
 	resp.Payload = append(resp.Payload[:0], req.Payload...)
+	resp.IdempotencyKey = req.IdempotencyKey
 	if len(req.Attachments) > 0 {
 		resp.Attachments = make(map[string]string, len(req.Attachments))
 		for k, v := range req.Attachments {

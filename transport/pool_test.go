@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -50,13 +51,19 @@ func TestRoundTrip(t *testing.T) {
 			if f := resp.Header.Flags(); f.IsRequest() || f.Serialization() != 22 {
 				t.Errorf("response flags %#x, want a response with serialization 22", byte(f))
 			}
-			if len(resp.Attachments) != len(tc.attachments) {
-				t.Errorf("attachments = %v, want %v", resp.Attachments, tc.attachments)
-			}
-			for k, v := range tc.attachments {
-				if resp.Attachments[k] != v {
-					t.Errorf("attachment %q = %q, want %q", k, resp.Attachments[k], v)
+			// The key comes back in its own field, the rest in the map.
+			got := maps.Clone(resp.Attachments)
+			if resp.IdempotencyKey != "" {
+				if got == nil {
+					got = map[string]string{}
 				}
+				got[protocol.AttachIdempotencyKey] = resp.IdempotencyKey
+			}
+			if !maps.Equal(got, tc.attachments) {
+				t.Errorf("attachments = %v, key %q; want %v", resp.Attachments, resp.IdempotencyKey, tc.attachments)
+			}
+			if _, inMap := resp.Attachments[protocol.AttachIdempotencyKey]; inMap {
+				t.Errorf("the idempotency key was decoded into the map: %v", resp.Attachments)
 			}
 		})
 	}

@@ -596,7 +596,7 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		if call.ctx == nil {
 			call.ctx = new(handlerCtx)
 		}
-		call.ctx.init(s.base, deadline)
+		call.ctx.init(s.base, deadline, req)
 	}
 	if twoWay {
 		// Tracked here, on the reader goroutine, so a cancel read after
@@ -805,8 +805,9 @@ func (s *Server) invoke(ctx context.Context, req, resp *protocol.Message) {
 // call (serverCall.reuseCtx). It is cancelled with context.Canceled when
 // ServeRPC returns, like net/http's request context.
 type handlerCtx struct {
-	base     context.Context // cancelled by the server's Close
-	deadline time.Time       // zero: none
+	base     context.Context   // cancelled by the server's Close
+	deadline time.Time         // zero: none
+	req      *protocol.Message // the request being served (Request)
 
 	mu       sync.Mutex // guards the fields below
 	done     chan struct{}
@@ -818,9 +819,9 @@ type handlerCtx struct {
 	afters   []*afterFunc
 }
 
-// init readies c for a new call; c must not be in use.
-func (c *handlerCtx) init(base context.Context, deadline time.Time) {
-	*c = handlerCtx{base: base, deadline: deadline}
+// init readies c for a new call serving req; c must not be in use.
+func (c *handlerCtx) init(base context.Context, deadline time.Time, req *protocol.Message) {
+	*c = handlerCtx{base: base, deadline: deadline, req: req}
 }
 
 type afterFunc struct{ f func() }
@@ -837,8 +838,29 @@ var _ context.Context = (*handlerCtx)(nil)
 // Deadline returns the request's deadline, if it came with a budget.
 func (c *handlerCtx) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
 
-// Value returns nil: handler contexts carry no values.
-func (c *handlerCtx) Value(any) any { return nil }
+// requestKey is the context key under which a handler's context answers
+// with its request (see Request).
+type requestKey struct{}
+
+// Value answers requestKey with the request being served; it carries no
+// other values.
+func (c *handlerCtx) Value(key any) any {
+	if _, ok := key.(requestKey); ok {
+		return c.req
+	}
+	return nil
+}
+
+// Request returns the request a handler's ctx (or a context derived from
+// it) was made for, or nil: a server gives a handler such a context for
+// every two-way request and every request with a budget, which lets
+// layers above read the request's attachments without wrapping the
+// context in a new value per call. Like ctx itself, the message is valid
+// only until the handler returns.
+func Request(ctx context.Context) *protocol.Message {
+	m, _ := ctx.Value(requestKey{}).(*protocol.Message)
+	return m
+}
 
 // Done returns a channel closed at the deadline, on server close, on the
 // client's cancel event or when the handler returns.
