@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dabbrpc/dabb/examples/inventory/inventory"
 	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
@@ -111,5 +113,52 @@ func TestDeductErrors(t *testing.T) {
 	// A failed deduction is not recorded: the same id can succeed later.
 	if _, err := s.Deduct(ctx, &pb.DeductRequest{Sku: "a", Count: 1, RequestId: "x3"}); err != nil {
 		t.Fatalf("retry of a failed request id: %v", err)
+	}
+}
+
+// A request id is remembered for the retention and then forgotten, so the
+// record table stays bounded: a repeat within the retention is answered
+// from the record, one after it deducts again.
+func TestRetention(t *testing.T) {
+	s := inventory.NewStore(map[string]int64{"a": 1000})
+	s.Retention = time.Minute
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	inventory.SetClock(s, func() time.Time { return now })
+	ctx := context.Background()
+	deduct := func(id string) *pb.DeductReply {
+		t.Helper()
+		reply, err := s.Deduct(ctx, &pb.DeductRequest{Sku: "a", Count: 1, RequestId: id})
+		if err != nil {
+			t.Fatalf("Deduct(%s): %v", id, err)
+		}
+		return reply
+	}
+	if deduct("r-1").GetDuplicate() {
+		t.Fatal("first r-1 answered as a duplicate")
+	}
+	now = now.Add(30 * time.Second)
+	if !deduct("r-1").GetDuplicate() {
+		t.Fatal("r-1 repeated within the retention deducted again")
+	}
+	for i := range 100 {
+		deduct(fmt.Sprintf("burst-%d", i))
+	}
+	if got := s.Remembered(); got != 101 {
+		t.Fatalf("remembered %d ids, want 101", got)
+	}
+	now = now.Add(31 * time.Second) // r-1 is now 61 s old, the burst 31 s
+	if deduct("r-1").GetDuplicate() {
+		t.Fatal("r-1 repeated after the retention was answered from a forgotten record")
+	}
+	if got := s.Remembered(); got != 101 { // the old r-1 went, the new one came
+		t.Fatalf("remembered %d ids after the first expiry, want 101", got)
+	}
+	now = now.Add(2 * time.Minute)
+	deduct("last")
+	if got := s.Remembered(); got != 1 {
+		t.Fatalf("remembered %d ids once all but the last expired, want 1", got)
+	}
+	if _, deducted, _ := s.Stats(); deducted != 103 {
+		t.Fatalf("deducted %d units, want 103 (r-1 twice, 100 burst, last)", deducted)
 	}
 }

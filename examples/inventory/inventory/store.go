@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dabbrpc/dabb"
 	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
@@ -20,21 +21,49 @@ var ErrInsufficientStock = fmt.Errorf("inventory: insufficient stock")
 // id: the first answer for an id is recorded in the same critical section
 // as the deduction, and a repeat gets that answer back with Duplicate set.
 //
+// Records are kept for Retention (DefaultRetention unless set before the
+// first call), then forgotten, so memory stays bounded under steady
+// traffic. The retention must outlast every retry of a call: dabb retries
+// only within the call's one budget (1 s by default), so ten minutes
+// leaves a wide margin for clients with long timeouts and for requests
+// re-sent by hand with the same request id.
+//
 // A real store would write the record and the stock change in one
-// database transaction; the shape of the rule is the same.
+// database transaction and expire records the same way; the shape of the
+// rule is the same.
 type Store struct {
-	mu    sync.Mutex // guards following
-	stock map[string]int64
-	done  map[string]*pb.DeductReply // request id -> first answer
+	// Retention is how long the answer for a request id is remembered.
+	Retention time.Duration
+	now       func() time.Time // the clock; tests replace it
+
+	mu      sync.Mutex // guards following
+	stock   map[string]int64
+	done    map[string]*pb.DeductReply // request id -> first answer
+	expiry  []record                   // the ids of done, oldest first
+	expired int                        // records dropped from the head of expiry
 
 	deducted   atomic.Int64 // units actually deducted
 	duplicates atomic.Int64 // repeated request ids answered from the record
 	calls      atomic.Int64 // Deduct and Stock calls served
 }
 
+// DefaultRetention is how long a Store remembers a request id by default.
+const DefaultRetention = 10 * time.Minute
+
+// record is one remembered request id and when it was recorded.
+type record struct {
+	id string
+	at time.Time
+}
+
 // NewStore returns a store holding the given stock per SKU.
 func NewStore(stock map[string]int64) *Store {
-	s := &Store{stock: make(map[string]int64, len(stock)), done: map[string]*pb.DeductReply{}}
+	s := &Store{
+		Retention: DefaultRetention,
+		now:       time.Now,
+		stock:     make(map[string]int64, len(stock)),
+		done:      map[string]*pb.DeductReply{},
+	}
 	for k, v := range stock {
 		s.stock[k] = v
 	}
@@ -56,6 +85,8 @@ func (s *Store) Deduct(ctx context.Context, req *pb.DeductRequest) (*pb.DeductRe
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
+	s.forgetLocked(now)
 	if id != "" {
 		if prev, ok := s.done[id]; ok {
 			s.duplicates.Add(1)
@@ -75,8 +106,36 @@ func (s *Store) Deduct(ctx context.Context, req *pb.DeductRequest) (*pb.DeductRe
 	reply := &pb.DeductReply{Remaining: have}
 	if id != "" {
 		s.done[id] = reply
+		s.expiry = append(s.expiry, record{id, now})
 	}
 	return reply, nil
+}
+
+// forgetLocked drops the records older than the retention. Records are
+// appended in time order, so the old ones are at the head.
+func (s *Store) forgetLocked(now time.Time) {
+	cut := now.Add(-s.Retention)
+	i := 0
+	for i < len(s.expiry) && s.expiry[i].at.Before(cut) {
+		delete(s.done, s.expiry[i].id)
+		i++
+	}
+	if i == 0 {
+		return
+	}
+	s.expiry = s.expiry[i:]
+	s.expired += i
+	if s.expired > len(s.expiry) { // compact: the dropped head is the larger part
+		s.expiry = append([]record(nil), s.expiry...)
+		s.expired = 0
+	}
+}
+
+// Remembered returns how many request ids the store remembers.
+func (s *Store) Remembered() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.done)
 }
 
 // Stock implements Inventory.
