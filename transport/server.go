@@ -112,7 +112,9 @@ type Server struct {
 
 	mu        sync.Mutex // guards the fields below
 	closed    bool
-	listeners map[net.Listener]struct{}
+	listeners map[net.Listener]*listenerState
+	hard      bool           // Close (or Shutdown's deadline) began: drain nothing more
+	drains    sync.WaitGroup // Serve loops draining their accept queue for Shutdown
 	conns     map[*serverConn]struct{}
 }
 
@@ -143,7 +145,7 @@ func NewServer(h Handler, cfg ServerConfig) *Server {
 		log:       cfg.Logger,
 		idle:      make(chan struct{}, 1),
 		quit:      make(chan struct{}),
-		listeners: make(map[net.Listener]struct{}),
+		listeners: make(map[net.Listener]*listenerState),
 		conns:     make(map[*serverConn]struct{}),
 	}
 	if s.log == nil {
@@ -163,10 +165,15 @@ func (s *Server) Serve(l net.Listener) error {
 		_ = l.Close()
 		return ErrServerClosed
 	}
-	s.listeners[l] = struct{}{}
+	st := &listenerState{}
+	s.listeners[l] = st
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
+		if st.drain {
+			st.drain = false
+			s.drains.Done()
+		}
 		delete(s.listeners, l)
 		s.mu.Unlock()
 		_ = l.Close()
@@ -177,6 +184,7 @@ func (s *Server) Serve(l net.Listener) error {
 		nc, err := l.Accept()
 		if err != nil {
 			if s.shutting.Load() {
+				s.drainQueue(l, st)
 				return ErrServerClosed
 			}
 			if errors.Is(err, net.ErrClosed) {
@@ -189,26 +197,93 @@ func (s *Server) Serve(l net.Listener) error {
 			case <-t.C:
 			case <-s.quit:
 				t.Stop()
+				s.drainQueue(l, st)
 				return ErrServerClosed
 			}
 			continue
 		}
 		delay = 0
 		sc := newServerConn(s, nc)
-		if !s.track(sc) {
-			_ = nc.Close()
+		if !s.track(sc, false) {
+			// Shutdown began after this Accept: serve the connection
+			// as one from the queue, or close it if the server is
+			// closed for good.
+			sc.drained = true
+			if !s.track(sc, true) {
+				_ = nc.Close()
+				return ErrServerClosed
+			}
+			go sc.serve()
+			s.drainQueue(l, st)
 			return ErrServerClosed
 		}
 		go sc.serve()
 	}
 }
 
+// listenerState is what Shutdown asks of one Serve loop.
+type listenerState struct {
+	// drain: the loop accepts what is queued before it closes its
+	// listener (counted in Server.drains until it has).
+	drain bool
+}
+
+// deadliner is a listener whose Accept can be given a deadline
+// (*net.TCPListener, *net.UnixListener).
+type deadliner interface{ SetDeadline(time.Time) error }
+
+// queueDrainWindow is how long a draining listener waits for a further
+// queued connection after the last one.
+const queueDrainWindow = 10 * time.Millisecond
+
+// drainQueue accepts the connections that completed their handshake
+// before Shutdown, if Shutdown asked this loop to (st.drain), and serves
+// them like every other connection during Shutdown: they get the read-only
+// event, and their requests status 100, "not run, safe to retry". Closing
+// a listener instead makes the operating system reset them, and a client
+// that has already sent on one cannot tell that nothing ran.
+func (s *Server) drainQueue(l net.Listener, st *listenerState) {
+	s.mu.Lock()
+	drain := st.drain
+	s.mu.Unlock()
+	if !drain {
+		return
+	}
+	defer func() {
+		s.mu.Lock()
+		if st.drain {
+			st.drain = false
+			s.drains.Done()
+		}
+		s.mu.Unlock()
+	}()
+	dl, ok := l.(deadliner)
+	if !ok {
+		return
+	}
+	for {
+		_ = dl.SetDeadline(time.Now().Add(queueDrainWindow))
+		nc, err := l.Accept()
+		if err != nil {
+			return // the window passed with nothing queued, or Close
+		}
+		sc := newServerConn(s, nc)
+		sc.drained = true
+		if !s.track(sc, true) {
+			_ = nc.Close()
+			return
+		}
+		go sc.serve()
+	}
+}
+
 // track registers a connection and counts its goroutine; false once the
-// server is closing.
-func (s *Server) track(sc *serverConn) bool {
+// server is closing, or, for a connection drained from an accept queue
+// during Shutdown (draining), once it is closed for good.
+func (s *Server) track(sc *serverConn, draining bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.hard || (s.closed && !draining) {
 		return false
 	}
 	s.conns[sc] = struct{}{}
@@ -222,9 +297,12 @@ func (s *Server) forget(sc *serverConn) {
 	s.mu.Unlock()
 }
 
-// stop marks the server closing, closes its listeners and returns the open
-// connections. It reports false when it was already closing.
-func (s *Server) stop() ([]*serverConn, bool) {
+// stop marks the server closing and returns the open connections; it
+// reports false when it was already closing. graceful (Shutdown) asks each
+// Serve loop whose listener takes a deadline to accept what is queued
+// before it closes the listener (drainQueue; Shutdown waits for s.drains);
+// otherwise, and for other listeners, the listeners are closed now.
+func (s *Server) stop(graceful bool) ([]*serverConn, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	first := !s.closed
@@ -233,17 +311,37 @@ func (s *Server) stop() ([]*serverConn, bool) {
 		s.shutting.Store(true)
 		close(s.quit)
 	}
-	for l := range s.listeners {
+	if !graceful {
+		s.hard = true
+	}
+	for l, st := range s.listeners {
+		if dl, ok := l.(deadliner); ok && graceful && first {
+			st.drain = true
+			s.drains.Add(1)
+			_ = dl.SetDeadline(time.Now()) // wakes the loop's Accept
+			continue
+		}
 		_ = l.Close()
 	}
+	return s.openConnsLocked(), first
+}
+
+// openConns returns the connections being served.
+func (s *Server) openConns() []*serverConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.openConnsLocked()
+}
+
+func (s *Server) openConnsLocked() []*serverConn {
 	conns := make([]*serverConn, 0, len(s.conns))
 	for sc := range s.conns {
 		conns = append(conns, sc)
 	}
-	return conns, first
+	return conns
 }
 
-// Shutdown stops the server gracefully: it closes the listeners, sends the
+// Shutdown stops the server gracefully: it stops accepting, sends the
 // read-only event on every open connection, answers requests arriving from
 // then on with status 100 "server shutting down" (rejected, not run: safe
 // to retry), and waits for running handlers to finish and their responses
@@ -254,20 +352,36 @@ func (s *Server) stop() ([]*serverConn, bool) {
 // connection being served goes unanswered. A peer that ignores the
 // read-only event is closed when the linger runs out; a request it wrote
 // after the server's last read is lost without an answer (it was not run,
-// but that peer cannot know). So is one sent on a connection still in a
-// listener's accept queue when Shutdown closes the listener: the operating
-// system resets such connections.
+// but that peer cannot know). Connections still in a listener's accept
+// queue when Shutdown begins are accepted and served the same way before
+// the listener closes (for listeners with SetDeadline, as TCP and Unix
+// listeners have), rather than left to the operating system, which would
+// reset them under a client that may already have sent its request.
 //
 // If ctx ends first, Shutdown cancels the handlers' contexts, closes
 // everything, waits for the handlers to return, and returns ctx.Err().
 func (s *Server) Shutdown(ctx context.Context) error {
-	conns, first := s.stop()
+	_, first := s.stop(true)
+	// Connections queued in the listeners are accepted first, so they
+	// are told too.
+	drained := make(chan struct{})
+	go func() { s.drains.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		s.closeAll()
+		return ctx.Err()
+	}
+	conns := s.openConns()
 	// Announce read-only on every connection. A write can block on a full
 	// socket, so each runs on its own goroutine; closing the connections
 	// releases any that is stuck, and Shutdown waits for them all.
 	var events sync.WaitGroup
 	if first {
 		for _, sc := range conns {
+			if sc.drained {
+				continue // its reader sent the event before reading
+			}
 			events.Go(func() { _ = sc.w.writeEvent(eventReadOnly, sc.nextID.Add(1)) })
 		}
 	}
@@ -341,7 +455,7 @@ func (s *Server) linger(ctx context.Context, conns []*serverConn) error {
 // Close closes the server at once: listeners, connections and handler
 // contexts. It waits for the handlers to return.
 func (s *Server) Close() error {
-	s.stop()
+	s.stop(false)
 	s.closeAll()
 	return nil
 }
@@ -349,7 +463,7 @@ func (s *Server) Close() error {
 // closeAll closes the connections first, so no handler answers once Close
 // was called, then cancels the handlers' contexts and waits for them.
 func (s *Server) closeAll() {
-	conns, _ := s.stop() // also catches connections tracked meanwhile
+	conns, _ := s.stop(false) // also catches connections tracked meanwhile
 	for _, sc := range conns {
 		sc.close()
 	}
@@ -378,6 +492,9 @@ type serverConn struct {
 	live   liveness
 	reply  protocol.Message // scratch for the reader's own answers
 	done   chan struct{}    // closed by close
+	// drained: accepted during Shutdown (from the accept queue); its
+	// reader sends the read-only event before it reads anything.
+	drained bool
 
 	mu     sync.Mutex // guards the fields below
 	closed bool
@@ -511,6 +628,9 @@ func (sc *serverConn) serve() {
 	}
 	sc.mu.Unlock()
 
+	if sc.drained {
+		_ = sc.w.writeEvent(eventReadOnly, sc.nextID.Add(1))
+	}
 	rd := protocol.NewReader(bufio.NewReaderSize(sc.nc, readBufferSize), s.cfg.MaxBody)
 	for {
 		call := serverCallPool.Get().(*serverCall)

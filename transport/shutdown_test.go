@@ -410,3 +410,71 @@ func TestShutdownCallsNeverAmbiguous(t *testing.T) {
 		})
 	}
 }
+
+// gateListener is a TCP listener whose first Accept waits for gate: until
+// then, dialled connections wait in the operating system's accept queue.
+type gateListener struct {
+	*net.TCPListener
+	gate chan struct{}
+}
+
+func (l *gateListener) Accept() (net.Conn, error) {
+	<-l.gate
+	return l.TCPListener.Accept()
+}
+
+// A connection still in the accept queue when Shutdown begins, whose
+// client has already sent a request, is accepted and answered 100 ("not
+// run, safe to retry") with the read-only event, instead of being reset by
+// the operating system when the listener closes (which a client reports as
+// 35, "may have acted"). Nothing runs.
+func TestShutdownDrainsAcceptQueue(t *testing.T) {
+	l := listen(t).(*net.TCPListener)
+	gl := &gateListener{TCPListener: l, gate: make(chan struct{})}
+	var ran atomic.Int32
+	srv := NewServer(HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		ran.Add(1)
+	}), ServerConfig{Logger: quietLogger(), ShutdownLinger: longLinger})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(gl) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	c := dialRaw(t, l.Addr().String()) // queued: Serve waits at the gate
+	req := newRequest("queued")
+	req.Header.SetID(7)
+	if _, err := c.Write(protocol.AppendMessage(nil, req)); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	done := startShutdown(t, srv)
+	until(t, "Shutdown began", srv.shutting.Load)
+	close(gl.gate)
+
+	rd := protocol.NewReader(bufio.NewReader(c), 0)
+	sawReadOnly, answered := false, false
+	for !answered {
+		m := readResponse(t, rd, c)
+		switch {
+		case m.IsReadOnly():
+			sawReadOnly = true
+		case m.Header.Flags().IsEvent():
+		case m.Header.ID() == 7:
+			answered = true
+			if got := m.Header.Status(); got != protocol.StatusServerThreadpoolExhausted {
+				t.Fatalf("the queued request got status %d (%q), want 100", got, m.Payload)
+			}
+		}
+	}
+	if !sawReadOnly {
+		t.Errorf("the answer to the queued request came before the read-only event")
+	}
+	_ = c.Close() // a dabb client closes once its last call is answered
+	if err := waitFor(t, done, "Shutdown"); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := waitFor(t, served, "Serve"); !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve returned %v, want ErrServerClosed", err)
+	}
+	if n := ran.Load(); n != 0 {
+		t.Errorf("the handler ran %d times during Shutdown, want 0", n)
+	}
+}
