@@ -21,6 +21,7 @@ type config struct {
 	conc       []int
 	duration   time.Duration
 	warmup     time.Duration
+	rounds     int    // every point is measured this many times, frameworks interleaved
 	payload    string // small, 16k, 1m
 	size       int    // marshaled request size; 0 for the standard message
 	mix        bool
@@ -41,7 +42,8 @@ func parseFlags(args []string) (config, error) {
 	names := fs.String("frameworks", frameworks.Names(), "comma-separated frameworks to run")
 	conc := fs.String("c", "1,16,128,1024", "comma-separated concurrency levels (goroutines sharing one client)")
 	duration := fs.Duration("duration", 4*time.Second, "measured window per point")
-	warmup := fs.Duration("warmup", time.Second, "warm-up before each point's window")
+	warmup := fs.Duration("warmup", time.Second, "warm-up before each window of the first round (half of it, at least 250ms, in later rounds)")
+	rounds := fs.Int("rounds", 3, "measure every point this many times, the frameworks interleaved, and report the median round")
 	payload := fs.String("payload", "small", "request size: small (581 B), 16k or 1m")
 	mix := fs.Bool("mix", true, "also measure small calls while 1 MiB calls share the client")
 	mixC := fs.Int("mixc", 16, "small-call goroutines of the -mix point")
@@ -49,7 +51,7 @@ func parseFlags(args []string) (config, error) {
 	out := fs.String("out", "results", "directory for the table, CSV and chart")
 	readme := fs.String("readme", "", "also put the table into this Markdown file, between <!-- dabbbench:start --> and <!-- dabbbench:end -->")
 	allocs := fs.Bool("allocs", true, "after the sweep, also count allocations per call with the in-process benchmarks (go test -bench in the bench module, about 20 s)")
-	profile := fs.String("cpuprofile", "", "directory to write CPU profiles to: <framework>-client.pprof and <framework>-server.pprof")
+	profile := fs.String("cpuprofile", "", "directory to write CPU profiles to: <framework>-server.pprof for each server, and one of the client process, all-client.pprof (<framework>-client.pprof with one framework)")
 	fs.Bool("server", false, "run as a framework's server process (used by the command itself)")
 	fs.String("framework", "", "with -server: the framework to serve")
 	if err := fs.Parse(args); err != nil {
@@ -58,7 +60,7 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
 	}
-	cfg := config{duration: *duration, warmup: *warmup, payload: *payload, mix: *mix,
+	cfg := config{duration: *duration, warmup: *warmup, rounds: *rounds, payload: *payload, mix: *mix,
 		mixC: *mixC, large: *large, out: *out, profile: *profile, readme: *readme, allocs: *allocs, args: args}
 	for _, n := range strings.Split(*names, ",") {
 		f, err := frameworks.Lookup(strings.TrimSpace(n))
@@ -72,7 +74,15 @@ func parseFlags(args []string) (config, error) {
 		if err != nil || c < 1 || c > 100_000 {
 			return config{}, fmt.Errorf("%w: -c: %q is not a concurrency between 1 and 100000", ErrUsage, s)
 		}
+		if slices.Contains(cfg.conc, c) {
+			return config{}, fmt.Errorf("%w: -c: %d is given twice", ErrUsage, c)
+		}
 		cfg.conc = append(cfg.conc, c)
+	}
+	for i, f := range cfg.frameworks {
+		if slices.ContainsFunc(cfg.frameworks[:i], func(g frameworks.Framework) bool { return g.Name == f.Name }) {
+			return config{}, fmt.Errorf("%w: -frameworks: %s is given twice", ErrUsage, f.Name)
+		}
 	}
 	size, ok := payloads[cfg.payload]
 	switch {
@@ -80,6 +90,8 @@ func parseFlags(args []string) (config, error) {
 		return config{}, fmt.Errorf("%w: -payload %q: want small, 16k or 1m", ErrUsage, cfg.payload)
 	case cfg.duration <= 0 || cfg.warmup < 0:
 		return config{}, fmt.Errorf("%w: -duration must be > 0 and -warmup >= 0", ErrUsage)
+	case cfg.rounds < 1 || cfg.rounds > 1000:
+		return config{}, fmt.Errorf("%w: -rounds %d: want 1 to 1000", ErrUsage, cfg.rounds)
 	case cfg.mix && (cfg.mixC < 1 || cfg.large < 1):
 		return config{}, fmt.Errorf("%w: -mixc and -large must be >= 1", ErrUsage)
 	}
@@ -90,16 +102,58 @@ func parseFlags(args []string) (config, error) {
 	return cfg, nil
 }
 
-// points returns the number of measured points the run will make.
-func (c config) points() int {
-	n := len(c.conc)
-	if c.mix {
-		n++
-		if c.payload != "small" || !slices.Contains(c.conc, c.mixC) {
-			n++ // the small-only point to compare with
-		}
+// spec is one point of the sweep as configured, measured on every
+// framework in every round.
+type spec struct {
+	label   string // c=16, c=16 +2×1MiB
+	payload string // small, 16k, 1m
+	size    int    // marshaled request size; 0 for the standard message
+	c       int    // goroutines making calls of payload
+	large   int    // goroutines making 1 MiB calls alongside
+}
+
+// specs returns the points of one round in order: each concurrency of -c,
+// then, with -mix, the small calls at -mixc alone (unless the sweep has
+// that point already) and with the 1 MiB calls.
+func (c config) specs() []spec {
+	var s []spec
+	for _, n := range c.conc {
+		s = append(s, spec{label: fmt.Sprintf("c=%d", n), payload: c.payload, size: c.size, c: n})
 	}
-	return n * len(c.frameworks)
+	if c.mix {
+		if c.payload != "small" || !slices.Contains(c.conc, c.mixC) {
+			s = append(s, spec{label: fmt.Sprintf("c=%d small", c.mixC), payload: "small", c: c.mixC})
+		}
+		s = append(s, spec{label: fmt.Sprintf("c=%d +%d×1MiB", c.mixC, c.large), payload: "small", c: c.mixC, large: c.large})
+	}
+	return s
+}
+
+// laterWarmup is the shortest warm-up of a window after the first round.
+const laterWarmup = 250 * time.Millisecond
+
+// warmupFor returns the warm-up of the windows of round r (from 0): -warmup
+// in the first round; in later ones, whose connections are warm and whose
+// goroutine counts each framework has run before, half of it, at least
+// 250ms (and never more than -warmup).
+func (c config) warmupFor(r int) time.Duration {
+	if r == 0 {
+		return c.warmup
+	}
+	return min(c.warmup, max(c.warmup/2, laterWarmup))
+}
+
+// windowsLeft returns how many windows one framework has after round r's
+// point i (from 0), and how long they take; r = 0, i = -1 is all of them.
+func (c config) windowsLeft(r, i int) (int, time.Duration) {
+	n, specs := 0, len(c.specs())
+	var d time.Duration
+	for ; r < c.rounds; r, i = r+1, -1 {
+		k := specs - i - 1
+		n += k
+		d += time.Duration(k) * (c.warmupFor(r) + c.duration)
+	}
+	return n, d
 }
 
 // frameworkNames returns the names of the chosen frameworks.

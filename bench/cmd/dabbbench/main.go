@@ -1,7 +1,6 @@
 // Command dabbbench runs the benchmark workload, a 581-byte protobuf echo,
 // on dabb and its peers (gRPC-Go, rpcx, net/rpc, Kitex and a raw-TCP
-// reference)
-// and writes one table of calls/s, latency and CPU per call.
+// reference) and writes one table of calls/s, latency and CPU per call.
 //
 //	cd bench && go run ./cmd/dabbbench                   # every framework, c = 1,16,128,1024
 //	go run ./cmd/dabbbench -frameworks dabb,grpc -c 1,128 -duration 3s
@@ -10,12 +9,22 @@
 // Each framework's server runs in a separate process (this program with
 // -server), so the CPU time of each side is its own getrusage. The client
 // is one shared client of the framework, called back to back by C
-// goroutines (a closed loop); each point has a warm-up and then a
-// measured window. With -mix, a last point per framework measures small
-// calls while -large goroutines make 1 MiB calls on the same client.
+// goroutines (a closed loop); each window has a warm-up and then a
+// measured part. With -mix, a last point measures small calls while
+// -large goroutines make 1 MiB calls on the same client.
 //
-// With -cpuprofile DIR, each framework's client and server write CPU
-// profiles there (go tool pprof DIR/dabb-server.pprof).
+// Every server and client is started up front, then the points are
+// measured in -rounds rounds (default 3): in each round, point after
+// point, every framework in turn, the order rotated by one framework per
+// round, so that the machine's drift over minutes falls on all of them
+// alike. The table reports, per framework and point, the round with the
+// median calls/s, whole; the CSV keeps every round. Rounds after the
+// first warm up for half of -warmup, at least 250ms.
+//
+// With -cpuprofile DIR, each framework's server writes its CPU profile
+// there (go tool pprof DIR/dabb-server.pprof), and the client process,
+// which runs every framework's client in turn, writes all-client.pprof
+// (<framework>-client.pprof when there is one framework).
 //
 // With -allocs (the default), after the sweep the command runs the
 // in-process benchmarks of the bench module (go test -bench, client and

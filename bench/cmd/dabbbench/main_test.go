@@ -27,11 +27,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, leaktest.Ignore()...)
 }
 
-// TestRun runs a short benchmark of every framework with server processes
-// and checks the table, CSV and chart it writes.
+// TestRun runs a short benchmark of every framework with server processes,
+// two rounds, and checks the table, CSV and chart it writes.
 func TestRun(t *testing.T) {
 	out := t.TempDir()
-	cfg, err := parseFlags([]string{"-c", "1,4", "-duration", "150ms", "-warmup", "50ms", "-mixc", "2", "-large", "1", "-allocs=false", "-out", out})
+	cfg, err := parseFlags([]string{"-c", "1,4", "-duration", "100ms", "-warmup", "50ms", "-rounds", "2", "-mixc", "2", "-large", "1", "-allocs=false", "-out", out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,8 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| dabb |", "| grpc |", "| rpcx |", "| netrpc |", "| kitex |", "| raw |", "c=4", "1 MiB calls"} {
+	for _, want := range []string{"| dabb |", "| grpc |", "| rpcx |", "| netrpc |", "| kitex |", "| raw |", "c=4", "1 MiB calls",
+		"median of 2 rounds; frameworks interleaved per point"} {
 		if !bytes.Contains(md, []byte(want)) {
 			t.Errorf("bench.md lacks %q:\n%s", want, md)
 		}
@@ -63,13 +64,26 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 6 frameworks × (2 concurrency points + alone and mixed at c=2), and a header.
-	if len(rows) != 1+6*4 {
-		t.Fatalf("bench.csv has %d rows, want %d", len(rows), 1+6*4)
+	// 6 frameworks × (2 concurrency points + alone and mixed at c=2) × 2
+	// rounds, and a header.
+	if len(rows) != 1+6*4*2 {
+		t.Fatalf("bench.csv has %d rows, want %d", len(rows), 1+6*4*2)
 	}
+	medians := map[string]int{}
 	for _, r := range rows[1:] {
 		if r[4] == "0" {
 			t.Errorf("point %v made no calls", r[:4])
+		}
+		if r[len(r)-1] == "true" {
+			medians[strings.Join(r[:4], " ")]++
+		}
+	}
+	if len(medians) != 6*4 {
+		t.Errorf("bench.csv marks %d points' medians, want %d: %v", len(medians), 6*4, medians)
+	}
+	for k, n := range medians {
+		if n != 1 {
+			t.Errorf("point %s has %d median rounds, want 1", k, n)
 		}
 	}
 	svg, err := os.ReadFile(filepath.Join(out, "bench.svg"))
@@ -79,7 +93,7 @@ func TestRun(t *testing.T) {
 	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 12 {
 		t.Errorf("bench.svg: want an <svg> with 12 lines (6 frameworks × 2 panels):\n%.400s", svg)
 	}
-	if !strings.Contains(stderr.String(), "[1/24]") {
+	if !strings.Contains(stderr.String(), "[1/48] round 1/2 c=1 dabb") || !strings.Contains(stderr.String(), "[48/48] round 2/2 c=2 +1×1MiB dabb") {
 		t.Errorf("no progress line on stderr:\n%s", stderr.String())
 	}
 }
@@ -98,6 +112,10 @@ func TestParseFlags(t *testing.T) {
 		{"zero concurrency", []string{"-c", "0"}, false},
 		{"bad payload", []string{"-payload", "2m"}, false},
 		{"zero duration", []string{"-duration", "0s"}, false},
+		{"one round", []string{"-rounds", "1"}, true},
+		{"zero rounds", []string{"-rounds", "0"}, false},
+		{"concurrency twice", []string{"-c", "1,16,1"}, false},
+		{"framework twice", []string{"-frameworks", "dabb,raw,dabb"}, false},
 		{"stray argument", []string{"extra"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

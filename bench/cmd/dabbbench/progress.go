@@ -8,20 +8,22 @@ import (
 	"time"
 )
 
-// progress keeps one status line on stderr: the framework, the point, the
-// time left in the point and in the run. On a terminal the line redraws
-// in place; otherwise a line is printed as each point begins. With
-// -allocs, a last step, the allocation benchmarks, follows the points.
+// progress keeps one status line on stderr: the round, the point, the
+// framework, the time left in the window and in the run. On a terminal
+// the line redraws in place; otherwise a line is printed as each window
+// begins. With -allocs, a last step, the allocation benchmarks, follows
+// the windows.
 type progress struct {
-	w        io.Writer
-	tty      bool
-	total    int // steps: the points and the allocations step
-	points   int
-	perPoint time.Duration
-	tail     time.Duration // estimate of the allocations step, 0 without it
+	w    io.Writer
+	tty  bool
+	tail time.Duration // estimate of the allocations step, 0 without it
 
 	mu      sync.Mutex // guards following
+	total   int        // steps: the windows and the allocations step
+	planned int        // windows not yet begun
+	rest    time.Duration
 	done    int
+	round   string // "round 2/3", or "" in the allocations step
 	name    string
 	label   string
 	until   time.Time
@@ -34,7 +36,9 @@ type progress struct {
 }
 
 func newProgress(w io.Writer, cfg config) *progress {
-	p := &progress{w: w, total: cfg.points(), points: cfg.points(), perPoint: cfg.warmup + cfg.duration,
+	n, d := cfg.windowsLeft(0, -1)
+	nf := len(cfg.frameworks)
+	p := &progress{w: w, total: n * nf, planned: n * nf, rest: time.Duration(nf) * d,
 		quit: make(chan struct{}), exited: make(chan struct{})}
 	if cfg.allocs {
 		p.total++
@@ -66,17 +70,33 @@ func newProgress(w io.Writer, cfg config) *progress {
 	return p
 }
 
-// begin announces a point lasting d.
-func (p *progress) begin(name, label string, d time.Duration) {
+// begin announces a window of round r of n, at the point label, of the
+// framework name, lasting d.
+func (p *progress) begin(r, n int, label, name string, d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.name, p.label, p.until = name, label, time.Now().Add(d)
+	p.round, p.name, p.label, p.until = fmt.Sprintf("round %d/%d", r, n), name, label, time.Now().Add(d)
+	if p.planned > 0 {
+		p.planned--
+		p.rest = max(p.rest-d, 0)
+	}
 	if p.tty {
 		p.draw()
 		return
 	}
-	fmt.Fprintf(p.w, "dabbbench: [%d/%d] %s %s: %v, about %v left in the run\n",
-		p.done+1, p.total, name, label, d, p.left().Round(time.Second))
+	fmt.Fprintf(p.w, "dabbbench: [%d/%d] %s %s %s: %v, about %v left in the run\n",
+		p.done+1, p.total, p.round, label, name, d, p.left().Round(time.Second))
+}
+
+// drop takes n planned windows lasting d in all out of the run: those of
+// a framework that failed.
+func (p *progress) drop(n int, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n = min(n, p.planned)
+	p.planned -= n
+	p.total -= n
+	p.rest = max(p.rest-d, 0)
 }
 
 // beginTail announces the last step, the allocation benchmarks, which
@@ -84,7 +104,7 @@ func (p *progress) begin(name, label string, d time.Duration) {
 func (p *progress) beginTail(name, label string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.inTail, p.done = true, p.total-1
+	p.inTail, p.done, p.round = true, p.total-1, ""
 	p.name, p.label, p.until = name, label, time.Now().Add(p.tail)
 	if p.tty {
 		p.draw()
@@ -93,7 +113,7 @@ func (p *progress) beginTail(name, label string) {
 	fmt.Fprintf(p.w, "dabbbench: [%d/%d] %s: %s, ~%.0f s\n", p.total, p.total, name, label, p.tail.Seconds())
 }
 
-// end counts a finished point.
+// end counts a finished step.
 func (p *progress) end() {
 	p.mu.Lock()
 	p.done++
@@ -110,8 +130,7 @@ func (p *progress) left() time.Duration {
 	if p.inTail {
 		return cur
 	}
-	rest := max(p.points-p.done-1, 0)
-	return cur + time.Duration(rest)*p.perPoint + p.tail
+	return cur + p.rest + p.tail
 }
 
 // draw redraws the status line; p.mu held.
@@ -125,8 +144,8 @@ func (p *progress) draw() {
 		p.drawn = true
 		return
 	}
-	fmt.Fprintf(p.w, "\r\033[K[%d/%d] %s %s: %.1fs left, run %v left",
-		p.done+1, p.total, p.name, p.label, max(time.Until(p.until), 0).Seconds(), p.left().Round(time.Second))
+	fmt.Fprintf(p.w, "\r\033[K[%d/%d] %s %s %s: %.1fs left, run %v left",
+		p.done+1, p.total, p.round, p.label, p.name, max(time.Until(p.until), 0).Seconds(), p.left().Round(time.Second))
 	p.drawn = true
 }
 

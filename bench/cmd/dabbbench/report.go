@@ -120,10 +120,11 @@ func writeFile(path string, write func(io.Writer) error) error {
 	return nil
 }
 
-// mainPoints returns the points of the concurrency sweep.
+// mainPoints returns the reported (median) windows of the concurrency
+// sweep, in table order.
 func (res *results) mainPoints() []point {
 	var pts []point
-	for _, p := range res.points {
+	for _, p := range res.medians() {
 		if p.Large == 0 && p.Payload == res.cfg.payload {
 			pts = append(pts, p)
 		}
@@ -141,10 +142,11 @@ func (res *results) find(framework string, c int) (point, bool) {
 	return point{}, false
 }
 
-// mixPair returns a framework's small-only and mixed points at -mixc.
+// mixPair returns a framework's reported (median) small-only and mixed
+// windows at -mixc.
 func (res *results) mixPair(framework string) (alone, mixed point, ok bool) {
 	var a, m bool
-	for _, p := range res.points {
+	for _, p := range res.medians() {
 		if p.Framework != framework || p.C != res.cfg.mixC || p.Payload != "small" {
 			continue
 		}
@@ -199,8 +201,9 @@ func writeMarkdown(w io.Writer, res *results, chart string) {
 	fmt.Fprintf(w, "Run %s, %v; %s, %d CPUs, %s/%s, %s; load average %s before, %s after.  \n",
 		res.start.Format("2006-01-02 15:04 MST"), res.end.Sub(res.start).Round(time.Second), cpuModel(),
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), res.loadFrom, res.loadTo)
-	fmt.Fprintf(w, "Per point: %v warm-up, %v measured. Server in its own process on 127.0.0.1; CPU from getrusage of each process, system calls from /proc/self/io.\n\n",
-		cfg.warmup, cfg.duration)
+	fmt.Fprintf(w, "Per point: median of %d %s; frameworks interleaved per point (every framework in turn, the order rotated each round). "+
+		"Each window: %s, %v measured. Servers in their own processes on 127.0.0.1; CPU from getrusage of each process, system calls from /proc/self/io.\n\n",
+		cfg.rounds, plural(cfg.rounds, "round", "rounds"), warmupDesc(cfg), cfg.duration)
 
 	fmt.Fprintln(w, "calls/s:")
 	fmt.Fprintln(w)
@@ -213,12 +216,16 @@ func writeMarkdown(w io.Writer, res *results, chart string) {
 	pivot(w, res, func(p point) string { return fmt.Sprintf("%.1f", p.usPerCall()) })
 
 	fmt.Fprintf(w, "\nEvery point ([chart](%s)):\n\n", chart)
-	fmt.Fprintln(w, "| framework | c | calls/s | p50 | p99 | p99.9 | client CPU s/100k | server CPU s/100k | read+write syscalls/call | errors |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| framework | c | calls/s | spread | p50 | p99 | p99.9 | client CPU s/100k | server CPU s/100k | read+write syscalls/call | errors |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, p := range res.mainPoints() {
 		r, wr := p.syscallsPerCall()
-		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %.2f | %.2f | %.2f+%.2f | %d |\n", p.Framework, p.C, p.rate(),
-			fmtDur(p.P50), fmtDur(p.P99), fmtDur(p.P999), p.per100k(p.ClientCPU), p.per100k(p.ServerCPU), r, wr, p.Errors)
+		errs, _, _ := res.roundErrors(p)
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %s | %.2f | %.2f | %.2f+%.2f | %d |\n", p.Framework, p.C, p.rate(),
+			fmtSpread(res, p), fmtDur(p.P50), fmtDur(p.P99), fmtDur(p.P999), p.per100k(p.ClientCPU), p.per100k(p.ServerCPU), r, wr, errs)
+	}
+	if cfg.rounds > 1 {
+		fmt.Fprintln(w, "\nEach row is the round with the median calls/s, whole; spread is (max − min) ÷ median of the rounds' calls/s; errors count every round.")
 	}
 	if cfg.mix {
 		fmt.Fprintf(w, "\nSmall calls (c=%d) alone, and with %d goroutines making 1 MiB calls on the same client:\n\n", cfg.mixC, cfg.large)
@@ -240,12 +247,13 @@ func writeMarkdown(w io.Writer, res *results, chart string) {
 	writeAllocs(w, res, path.Join(path.Dir(chart), inprocFile))
 	writeTargets(w, res)
 	var errs []string
-	for _, p := range res.points {
-		if p.FirstErr != "" {
-			errs = append(errs, fmt.Sprintf("- %s c=%d: %d errors, first: %s", p.Framework, p.C, p.Errors, p.FirstErr))
+	for _, p := range res.medians() {
+		if n, first, r := res.roundErrors(p); first != "" {
+			errs = append(errs, fmt.Sprintf("- %s %s: %d errors over %d %s, first (round %d): %s",
+				p.Framework, pointLabel(p), n, len(res.rounds(p)), plural(len(res.rounds(p)), "round", "rounds"), r, first))
 		}
 	}
-	errs = append(errs, prefixAll("- not measured: ", res.skipped)...)
+	errs = append(errs, prefixAll("- ", res.skipped)...)
 	if len(errs) > 0 {
 		fmt.Fprintln(w, "\nErrors:")
 		fmt.Fprintln(w)
@@ -256,6 +264,41 @@ func writeMarkdown(w io.Writer, res *results, chart string) {
 	for _, f := range cfg.frameworks {
 		fmt.Fprintf(w, "- %s: %s\n", f.Name, f.Setup)
 	}
+}
+
+// pointLabel names p's point: c=16, or c=16 +2×1MiB for the mixed one.
+func pointLabel(p point) string {
+	l := fmt.Sprintf("c=%d", p.C)
+	if p.Large > 0 {
+		l += fmt.Sprintf(" +%d×1MiB", p.Large)
+	}
+	if p.Payload != "small" {
+		l += " " + p.Payload
+	}
+	return l
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// warmupDesc describes the warm-up of each window.
+func warmupDesc(cfg config) string {
+	if cfg.rounds == 1 || cfg.warmupFor(1) == cfg.warmup {
+		return fmt.Sprintf("%v warm-up", cfg.warmup)
+	}
+	return fmt.Sprintf("%v warm-up (%v in rounds after the first)", cfg.warmup, cfg.warmupFor(1))
+}
+
+// fmtSpread formats the spread of p's rounds, or "-" with one round.
+func fmtSpread(res *results, p point) string {
+	if len(res.rounds(p)) < 2 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f %%", 100*res.spread(p))
 }
 
 func prefixAll(prefix string, s []string) []string {
@@ -290,15 +333,22 @@ func pivot(w io.Writer, res *results, cell func(point) string) {
 	}
 }
 
+// csvHeader is the first row of the CSV: one row per window, every round,
+// the reported one marked by median = true.
+var csvHeader = []string{"framework", "payload", "c", "large", "calls", "window_s", "calls_per_s",
+	"p50_us", "p99_us", "p999_us", "max_us", "client_cpu_s_per_100k", "server_cpu_s_per_100k",
+	"cpu_us_per_call", "client_reads_per_call", "client_writes_per_call",
+	"server_reads_per_call", "server_writes_per_call", "errors", "first_error", "large_calls", "large_p99_us",
+	"round", "median"}
+
+// writeCSV writes every window of every round, by framework, point and
+// round.
 func writeCSV(w io.Writer, res *results) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"framework", "payload", "c", "large", "calls", "window_s", "calls_per_s",
-		"p50_us", "p99_us", "p999_us", "max_us", "client_cpu_s_per_100k", "server_cpu_s_per_100k",
-		"cpu_us_per_call", "client_reads_per_call", "client_writes_per_call",
-		"server_reads_per_call", "server_writes_per_call", "errors", "first_error", "large_calls", "large_p99_us"})
+	cw.Write(csvHeader)
 	us := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e3, 'f', 1, 64) }
 	f2 := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
-	for _, p := range res.points {
+	for _, p := range res.sorted() {
 		per := func(n uint64) string {
 			if p.Calls == 0 {
 				return "0"
@@ -310,7 +360,8 @@ func writeCSV(w io.Writer, res *results) error {
 			us(p.P50), us(p.P99), us(p.P999), us(p.Max), f2(p.per100k(p.ClientCPU)), f2(p.per100k(p.ServerCPU)),
 			f2(p.usPerCall()), per(p.Client.sysr), per(p.Client.sysw), per(p.Server.sysr), per(p.Server.sysw),
 			strconv.FormatUint(p.Errors, 10), p.FirstErr,
-			strconv.FormatUint(p.LargeN, 10), us(p.LargeP99)})
+			strconv.FormatUint(p.LargeN, 10), us(p.LargeP99),
+			strconv.Itoa(p.Round), strconv.FormatBool(p.Median)})
 	}
 	cw.Flush()
 	return cw.Error()

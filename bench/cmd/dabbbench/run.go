@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,9 +18,12 @@ import (
 	benchpb "github.com/dabbrpc/dabb/bench/proto"
 )
 
-// point is one measured window.
+// point is one measured window: one framework at one point of the sweep
+// in one round.
 type point struct {
 	Framework string
+	Round     int    // from 1
+	Median    bool   // the round reported for this framework and point
 	Payload   string // small, 16k, 1m
 	C         int    // goroutines making calls of Payload
 	Large     int    // goroutines making 1 MiB calls alongside (the -mix point)
@@ -82,8 +84,8 @@ type results struct {
 	end      time.Time
 	loadFrom string
 	loadTo   string
-	points   []point
-	skipped  []string      // frameworks that failed to start, with why
+	points   []point       // every window of every round, in the order measured
+	skipped  []string      // frameworks that failed, with why and from when
 	allocs   *allocResults // the in-process benchmarks, nil without -allocs
 }
 
@@ -91,14 +93,40 @@ func run(cfg config, stdout, stderr io.Writer) error {
 	res := &results{cfg: cfg, start: time.Now(), loadFrom: loadAvg()}
 	prog := newProgress(stderr, cfg)
 	defer prog.stop()
-	for _, f := range cfg.frameworks {
-		pts, err := runFramework(f, cfg, prog, stderr)
-		res.points = append(res.points, pts...)
+	stopProfile := func() {}
+	if cfg.profile != "" {
+		stop, err := startProfile(filepath.Join(cfg.profile, clientProfile(cfg)))
 		if err != nil {
-			prog.logf("%s: %v", f.Name, err)
-			res.skipped = append(res.skipped, fmt.Sprintf("%s: %v", f.Name, err))
+			return err
+		}
+		stopProfile = sync.OnceFunc(stop)
+		defer stopProfile()
+	}
+	var ents []*entrant
+	defer func() {
+		for _, e := range ents {
+			e.close()
+		}
+	}()
+	for _, f := range cfg.frameworks {
+		e, err := startEntrant(f, cfg, prog.wrap(stderr))
+		if err != nil {
+			prog.logf("%s: not measured: %v", f.Name, err)
+			res.skipped = append(res.skipped, fmt.Sprintf("%s: not measured: %v", f.Name, err))
+			prog.drop(cfg.windowsLeft(0, -1))
+			continue
+		}
+		ents = append(ents, e)
+	}
+	res.points = sweep(ents, cfg, prog, measureEntrant)
+	for _, e := range ents {
+		e.close() // before the allocation benchmarks, which want the CPUs
+		if e.err != nil {
+			res.skipped = append(res.skipped, fmt.Sprintf("%s: %v", e.f.Name, e.err))
 		}
 	}
+	stopProfile()
+	selectMedians(res.points)
 	// The sweep's header (duration, load averages) describes the sweep
 	// alone; the allocation benchmarks run after it, in their own process.
 	res.end = time.Now()
@@ -115,65 +143,127 @@ func run(cfg config, stdout, stderr io.Writer) error {
 	return writeResults(res, stdout)
 }
 
-// runFramework measures every point of one framework against its own
-// server process.
-func runFramework(f frameworks.Framework, cfg config, prog *progress, stderr io.Writer) ([]point, error) {
+// clientProfile returns the name of the client process's CPU profile:
+// the client runs every framework's client, interleaved, so its profile
+// is all-client.pprof, or <framework>-client.pprof when there is one.
+func clientProfile(cfg config) string {
+	if len(cfg.frameworks) == 1 {
+		return cfg.frameworks[0].Name + "-client.pprof"
+	}
+	return "all-client.pprof"
+}
+
+// entrant is a framework in the sweep: its server process and its client.
+type entrant struct {
+	f      frameworks.Framework
+	ch     *child
+	client frameworks.Client
+	err    error // why it was dropped from the sweep; nil while it runs
+}
+
+// close closes the client and stops the server process; it may be called
+// more than once.
+func (e *entrant) close() {
+	if e.client != nil {
+		e.client.Close()
+		e.client = nil
+	}
+	if e.ch != nil {
+		e.ch.stop()
+		e.ch = nil
+	}
+}
+
+// startEntrant starts f's server process, dials it and checks a first
+// call. With -cpuprofile, the server writes <framework>-server.pprof.
+func startEntrant(f frameworks.Framework, cfg config, log io.Writer) (*entrant, error) {
 	var srvProfile string
 	if cfg.profile != "" {
 		srvProfile = filepath.Join(cfg.profile, f.Name+"-server.pprof")
-		stop, err := startProfile(filepath.Join(cfg.profile, f.Name+"-client.pprof"))
-		if err != nil {
-			return nil, err
-		}
-		defer stop()
 	}
-	ch, err := startChild(f.Name, srvProfile, prog.wrap(stderr))
+	ch, err := startChild(f.Name, srvProfile, log)
 	if err != nil {
 		return nil, err
 	}
-	defer ch.stop()
-	client, err := f.Dial(ch.addr)
+	e := &entrant{f: f, ch: ch}
+	e.client, err = f.Dial(ch.addr)
 	if err != nil {
-		return nil, err
+		e.close()
+		return nil, fmt.Errorf("dabbbench: dial %s: %w", ch.addr, err)
 	}
-	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	req := benchpb.NewMessage(cfg.size)
-	reply, err := client.Echo(ctx, req)
-	cancel()
+	reply, err := e.client.Echo(ctx, req)
 	if err == nil {
 		err = benchpb.Check(req, reply)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("first call: %w", err)
+		e.close()
+		return nil, fmt.Errorf("dabbbench: first call: %w", err)
 	}
+	return e, nil
+}
+
+// window is one measurement of the sweep: a point in a round.
+type window struct {
+	round int // from 1
+	spec
+	warmup, duration time.Duration
+}
+
+// measureFunc measures one window of e.
+type measureFunc func(e *entrant, w window) (point, error)
+
+// sweep measures every point of cfg on every entrant, -rounds times: in
+// each round, point after point, each entrant in turn, round r starting
+// at entrant r mod n (rotation). An entrant whose window fails is closed,
+// gets its err set and is left out of the later windows. It returns every
+// window measured, in order, with its round set.
+func sweep(ents []*entrant, cfg config, prog *progress, measure measureFunc) []point {
+	specs := cfg.specs()
 	var pts []point
-	for _, c := range cfg.conc {
-		p, err := measure(client, ch, f.Name, cfg, c, 0, prog)
-		if err != nil {
-			return pts, err
-		}
-		pts = append(pts, p)
-	}
-	if cfg.mix {
-		if cfg.payload != "small" || !slices.Contains(cfg.conc, cfg.mixC) {
-			small := cfg
-			small.payload, small.size = "small", 0
-			p, err := measure(client, ch, f.Name, small, cfg.mixC, 0, prog)
-			if err != nil {
-				return pts, err
+	for r := range cfg.rounds {
+		warm := cfg.warmupFor(r)
+		for si, s := range specs {
+			for _, i := range rotation(r, len(ents)) {
+				e := ents[i]
+				if e.err != nil {
+					continue
+				}
+				prog.begin(r+1, cfg.rounds, s.label, e.f.Name, warm+cfg.duration)
+				p, err := measure(e, window{round: r + 1, spec: s, warmup: warm, duration: cfg.duration})
+				prog.end()
+				if err != nil {
+					e.err = fmt.Errorf("dropped in round %d/%d at %s: %w", r+1, cfg.rounds, s.label, err)
+					e.close()
+					prog.logf("%s: %v", e.f.Name, e.err)
+					prog.drop(cfg.windowsLeft(r, si))
+					continue
+				}
+				p.Framework, p.Round = e.f.Name, r+1
+				pts = append(pts, p)
+				prog.logf("round %d/%d %-7s %-16s %9.0f calls/s  p50 %-9v p99 %-9v p99.9 %-9v cpu µs/call %5.1f  errors %d",
+					r+1, cfg.rounds, e.f.Name, s.label, p.rate(), round(p.P50), round(p.P99), round(p.P999), p.usPerCall(), p.Errors)
 			}
-			pts = append(pts, p)
 		}
-		small := cfg
-		small.payload, small.size = "small", 0
-		p, err := measure(client, ch, f.Name, small, cfg.mixC, cfg.large, prog)
-		if err != nil {
-			return pts, err
-		}
-		pts = append(pts, p)
 	}
-	return pts, nil
+	return pts
+}
+
+// rotation returns the order in which round r (from 0) visits n
+// entrants: r mod n first, then on, wrapping around.
+func rotation(r, n int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = (r + i) % n
+	}
+	return order
+}
+
+// measureEntrant is the measureFunc of a real run.
+func measureEntrant(e *entrant, w window) (point, error) {
+	return measure(e.client, e.ch, w.spec, w.warmup, w.duration)
 }
 
 // worker is one calling goroutine's tallies.
@@ -184,9 +274,10 @@ type worker struct {
 	first error
 }
 
-// measure runs c goroutines (and large 1 MiB ones) calling back to back
-// for the warm-up and the window, and returns the window's point.
-func measure(client frameworks.Client, ch *child, name string, cfg config, c, large int, prog *progress) (point, error) {
+// measure runs s.c goroutines (and s.large 1 MiB ones) calling back to
+// back for the warm-up and the window, and returns the window's point.
+func measure(client frameworks.Client, ch *child, s spec, warmup, duration time.Duration) (point, error) {
+	c, large := s.c, s.large
 	var measuring, stop atomic.Bool
 	ctx := context.Background()
 	workers := make([]*worker, c+large)
@@ -194,7 +285,7 @@ func measure(client frameworks.Client, ch *child, name string, cfg config, c, la
 	for i := range workers {
 		w := &worker{}
 		workers[i] = w
-		size := cfg.size
+		size := s.size
 		if i >= c {
 			size = 1 << 20
 		}
@@ -228,12 +319,7 @@ func measure(client frameworks.Client, ch *child, name string, cfg config, c, la
 			}
 		}()
 	}
-	label := fmt.Sprintf("c=%d", c)
-	if large > 0 {
-		label += fmt.Sprintf(" +%d×1MiB", large)
-	}
-	prog.begin(name, label, cfg.warmup+cfg.duration)
-	time.Sleep(cfg.warmup)
+	time.Sleep(warmup)
 	runtime.GC() // each window starts from the same heap state
 	srvFrom, err := ch.sample()
 	if err != nil {
@@ -243,16 +329,15 @@ func measure(client frameworks.Client, ch *child, name string, cfg config, c, la
 	}
 	cliFrom, t0 := takeSample(), time.Now()
 	measuring.Store(true)
-	time.Sleep(cfg.duration)
+	time.Sleep(duration)
 	stop.Store(true)
 	window, cliTo := time.Since(t0), takeSample()
 	srvTo, err := ch.sample()
 	wg.Wait()
-	prog.end()
 	if err != nil {
 		return point{}, err
 	}
-	p := point{Framework: name, Payload: cfg.payload, C: c, Large: large, Window: window,
+	p := point{Payload: s.payload, C: c, Large: large, Window: window,
 		Client: cliTo.sub(cliFrom), Server: srvTo.sub(srvFrom)}
 	p.ClientCPU, p.ServerCPU = p.Client.cpu, p.Server.cpu
 	var small, big hist.Histogram
@@ -271,8 +356,6 @@ func measure(client frameworks.Client, ch *child, name string, cfg config, c, la
 	}
 	p.P50, p.P99, p.P999, p.Max = small.Quantile(0.5), small.Quantile(0.99), small.Quantile(0.999), small.Max()
 	p.LargeP99 = big.Quantile(0.99)
-	prog.logf("%-7s %-16s %9.0f calls/s  p50 %-9v p99 %-9v p99.9 %-9v cpu µs/call %5.1f  errors %d",
-		name, label, p.rate(), round(p.P50), round(p.P99), round(p.P999), p.usPerCall(), p.Errors)
 	return p, nil
 }
 
