@@ -1,6 +1,7 @@
 package zk
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,8 +14,8 @@ import (
 )
 
 // The guard re-creates an instance node that someone else deletes while our
-// session lives; the keeper only restores nodes when a session is
-// (re-)established.
+// session lives, and puts our data back when someone changes it; the keeper
+// only restores nodes when a session is (re-)established.
 //
 // Every node we own carries an exists watch, set right after the node is
 // written (by Register, by the keeper's restore and by the guard itself)
@@ -159,8 +160,32 @@ func (r *Registry) guard(conn *zk.Conn) {
 	}
 }
 
+// restoreData sets p's data back to data if it differs. It reports false
+// when p was deleted or changed again meanwhile, so the caller looks again.
+func (r *Registry) restoreData(conn *zk.Conn, p string, data []byte) (bool, error) {
+	got, stat, err := conn.Get(p)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read %s: %w", p, err)
+	case bytes.Equal(got, data):
+		return true, nil
+	}
+	_, err = conn.Set(p, data, stat.Version)
+	switch {
+	case err == nil:
+		r.log.Info("restored the data of an instance node changed while our session lived", "path", p)
+		return true, nil
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+		return false, nil
+	}
+	return false, fmt.Errorf("restore %s: %w", p, err)
+}
+
 // repair re-creates p in the current session if we still own it and it is
-// missing, and sets its watch again. It holds the write slot throughout.
+// missing, puts our data back if it was changed, and sets its watch again.
+// It holds the write slot throughout.
 func (r *Registry) repair(conn *zk.Conn, p string) error {
 	select {
 	case r.writes <- struct{}{}:
@@ -208,6 +233,16 @@ func (r *Registry) repair(conn *zk.Conn, p string) error {
 		case stat.EphemeralOwner != session:
 			r.log.Warn("instance node is held by another session; not replacing it", "path", p,
 				"owner", sessionHex(stat.EphemeralOwner), "session", sessionHex(session))
+		default:
+			// Ours: put our data back if someone changed it (zkCli's
+			// set), since clients read the instance from it.
+			restored, err := r.restoreData(conn, p, data)
+			if err != nil {
+				return err
+			}
+			if !restored {
+				continue // deleted or changed again meanwhile: look again
+			}
 		}
 		exists, err := r.arm(conn, p)
 		if err != nil {

@@ -1,6 +1,7 @@
 package zk
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -256,4 +257,45 @@ func TestRecreatesDeletedNodeAfterNewSession(t *testing.T) {
 	}
 	data, stat = awaitNode(t, raw, p, 2*time.Second, "deleted on the new session")
 	checkOurs(t, r, in, data, stat, "deleted on the new session")
+}
+
+// TestRestoresChangedData: data someone else writes into our node while
+// our session lives (zkCli's set) is replaced by ours again, every time.
+func TestRestoresChangedData(t *testing.T) {
+	srv := zktest.Shared(t)
+	raw := rawConn(t, srv.Addr())
+	r := shared(t)
+	in := inst(serviceFor(t), "20011")
+	in.Metadata = map[string]string{"zone": "eu-2"}
+	if err := r.Register(ctxFor(t, 5*time.Second), in); err != nil {
+		t.Fatal(err)
+	}
+	p := r.NodePath(in.Service, in.ID)
+	for i := range 3 { // the watch is set again each time
+		step := fmt.Sprintf("after change %d", i+1)
+		garbage := []byte(`{"garbage":true}`)
+		if _, err := raw.Set(p, garbage, -1); err != nil {
+			t.Fatalf("%s: Set %s: %v", step, p, err)
+		}
+		// Wait, by watching, until the node holds something else again.
+		start := time.Now()
+		deadline := time.NewTimer(2 * time.Second)
+		for {
+			data, st, ch, err := raw.GetW(p)
+			if err != nil {
+				t.Fatalf("%s: GetW %s: %v", step, p, err)
+			}
+			if !bytes.Equal(data, garbage) {
+				checkOurs(t, r, in, data, st, step)
+				break
+			}
+			select {
+			case <-ch:
+			case <-deadline.C:
+				t.Fatalf("%s: %s still holds %q after 2s", step, p, data)
+			}
+		}
+		deadline.Stop()
+		t.Logf("change %d: restored within %v", i+1, time.Since(start))
+	}
 }
