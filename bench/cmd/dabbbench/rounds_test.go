@@ -24,11 +24,11 @@ func TestRotation(t *testing.T) {
 		want []int
 	}{
 		{0, 3, []int{0, 1, 2}},
-		{1, 3, []int{1, 2, 0}},
+		{1, 3, []int{0, 2, 1}}, // odd rounds backwards: 1, 2, 0 reversed
 		{2, 3, []int{2, 0, 1}},
-		{3, 3, []int{0, 1, 2}},
+		{3, 3, []int{2, 1, 0}},
 		{4, 2, []int{0, 1}},
-		{5, 2, []int{1, 0}},
+		{5, 2, []int{0, 1}},
 		{7, 1, []int{0}},
 		{0, 0, []int{}},
 	} {
@@ -142,7 +142,7 @@ func TestSweep(t *testing.T) {
 			name: "all measured",
 			want: []string{
 				"1 c=1 dabb", "1 c=1 grpc", "1 c=1 raw", "1 c=2 dabb", "1 c=2 grpc", "1 c=2 raw",
-				"2 c=1 grpc", "2 c=1 raw", "2 c=1 dabb", "2 c=2 grpc", "2 c=2 raw", "2 c=2 dabb",
+				"2 c=1 dabb", "2 c=1 raw", "2 c=1 grpc", "2 c=2 dabb", "2 c=2 raw", "2 c=2 grpc",
 				"3 c=1 raw", "3 c=1 dabb", "3 c=1 grpc", "3 c=2 raw", "3 c=2 dabb", "3 c=2 grpc",
 			},
 			wantLast: "[18/18] round 3/3 c=2 grpc",
@@ -152,7 +152,7 @@ func TestSweep(t *testing.T) {
 			failAt: "grpc 2 c=1",
 			want: []string{
 				"1 c=1 dabb", "1 c=1 grpc", "1 c=1 raw", "1 c=2 dabb", "1 c=2 grpc", "1 c=2 raw",
-				"2 c=1 grpc", "2 c=1 raw", "2 c=1 dabb", "2 c=2 raw", "2 c=2 dabb",
+				"2 c=1 dabb", "2 c=1 raw", "2 c=1 grpc", "2 c=2 dabb", "2 c=2 raw",
 				"3 c=1 raw", "3 c=1 dabb", "3 c=2 raw", "3 c=2 dabb",
 			},
 			wantLast: "[15/15] round 3/3 c=2 dabb",
@@ -448,5 +448,13 @@ func TestRunDropsFailingFramework(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "[2/2] round 2/2 c=2 raw") {
 		t.Errorf("the progress did not drop broken's windows:\n%s", stderr.String())
+	}
+}
+
+// settle waits at least one probe and gives up after settleMax.
+func TestSettleBounds(t *testing.T) {
+	waited := settle(nil)
+	if waited < settleProbe || waited > settleMax+settleProbe {
+		t.Fatalf("settle waited %v, want between %v and %v", waited, settleProbe, settleMax+settleProbe)
 	}
 }

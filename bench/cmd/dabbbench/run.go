@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,7 +119,14 @@ func run(cfg config, stdout, stderr io.Writer) error {
 		}
 		ents = append(ents, e)
 	}
-	res.points = sweep(ents, cfg, prog, measureEntrant)
+	res.points = sweep(ents, cfg, prog, func(e *entrant, w window) (point, error) {
+		if d := settle(ents); d >= settleMax {
+			prog.logf("the processes were not quiet after %v; measuring %s anyway", d, e.f.Name)
+		} else if d > 3*settleProbe {
+			prog.logf("waited %v for the processes to be quiet before %s", round(d), e.f.Name)
+		}
+		return measureEntrant(e, w)
+	})
 	for _, e := range ents {
 		e.close() // before the allocation benchmarks, which want the CPUs
 		if e.err != nil {
@@ -253,10 +261,17 @@ func sweep(ents []*entrant, cfg config, prog *progress, measure measureFunc) []p
 
 // rotation returns the order in which round r (from 0) visits n
 // entrants: r mod n first, then on, wrapping around.
+//
+// Odd rounds take that order backwards, so a framework does not always
+// follow the same one (a framework that leaves work behind would weigh on
+// the same neighbour every round).
 func rotation(r, n int) []int {
 	order := make([]int, n)
 	for i := range order {
 		order[i] = (r + i) % n
+	}
+	if r%2 == 1 {
+		slices.Reverse(order)
 	}
 	return order
 }
