@@ -446,7 +446,7 @@ func TestShutdownDrainsAcceptQueue(t *testing.T) {
 		t.Fatalf("write: %v", err)
 	}
 	done := startShutdown(t, srv)
-	until(t, "Shutdown began", srv.shutting.Load)
+	eventually(t, "Shutdown to begin", srv.shutting.Load)
 	close(gl.gate)
 
 	rd := protocol.NewReader(bufio.NewReader(c), 0)

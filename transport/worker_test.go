@@ -4,7 +4,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 )
 
 func (s *Server) idleCount() int {
@@ -18,19 +17,6 @@ func workerGoroutines() int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	return strings.Count(string(buf), "transport.(*Server).worker(")
-}
-
-// until polls cond for the state of goroutines that no event announces,
-// failing after the test timeout.
-func until(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(defaultTestTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // An idle worker is reused for the next request, survives one reap (it
@@ -50,9 +36,9 @@ func TestWorkersReaped(t *testing.T) {
 	s := ts.srv
 	before := workerGoroutines()
 	call()
-	until(t, "the worker is idle", func() bool { return s.idleCount() == 1 })
+	eventually(t, "the worker is idle", func() bool { return s.idleCount() == 1 })
 	call()
-	until(t, "the worker is idle again", func() bool { return s.idleCount() == 1 })
+	eventually(t, "the worker is idle again", func() bool { return s.idleCount() == 1 })
 	if got := workerGoroutines() - before; got != 1 {
 		t.Fatalf("%d worker goroutines after two sequential calls, want 1 (reused)", got)
 	}
@@ -64,9 +50,9 @@ func TestWorkersReaped(t *testing.T) {
 	if got := s.idleCount(); got != 0 {
 		t.Fatalf("second reap left %d idle workers, want 0", got)
 	}
-	until(t, "the reaped worker exits", func() bool { return workerGoroutines() == before })
+	eventually(t, "the reaped worker exits", func() bool { return workerGoroutines() == before })
 	call()
-	until(t, "a new worker is idle", func() bool { return s.idleCount() == 1 })
+	eventually(t, "a new worker is idle", func() bool { return s.idleCount() == 1 })
 }
 
 // Close makes idle workers exit (the package's goleak check would catch
@@ -79,7 +65,7 @@ func TestCloseStopsIdleWorkers(t *testing.T) {
 		t.Fatalf("RoundTrip: %v", err)
 	}
 	p.Release(resp)
-	until(t, "the worker is idle", func() bool { return ts.srv.idleCount() == 1 })
+	eventually(t, "the worker is idle", func() bool { return ts.srv.idleCount() == 1 })
 	if err := ts.srv.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}

@@ -285,16 +285,7 @@ func TestWriteAllocs(t *testing.T) {
 			writeAllocs(&b, res, "results/inproc.txt")
 			writeTargets(&b, res)
 			md := b.String()
-			for _, w := range tc.want {
-				if !strings.Contains(md, w) {
-					t.Errorf("lacks %q:\n%s", w, md)
-				}
-			}
-			for _, n := range tc.not {
-				if strings.Contains(md, n) {
-					t.Errorf("has %q:\n%s", n, md)
-				}
-			}
+			checkText(t, md, tc.want, tc.not)
 			if got := strings.Contains(md, "allocations per call, dabb"); got != (tc.wantTarget != "") {
 				t.Errorf("targets row present = %v, want %v:\n%s", got, tc.wantTarget != "", md)
 			}

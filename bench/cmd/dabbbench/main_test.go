@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/csv"
 	"errors"
 	"os"
 	"path/filepath"
@@ -55,15 +54,7 @@ func TestRun(t *testing.T) {
 	if strings.Contains(string(md), "Errors:") {
 		t.Errorf("the run reported errors:\n%s", md)
 	}
-	f, err := os.Open(filepath.Join(out, "bench.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := readCSV(t, filepath.Join(out, "bench.csv"))
 	// 6 frameworks × (2 concurrency points + alone and mixed at c=2) × 2
 	// rounds, and a header.
 	if len(rows) != 1+6*4*2 {

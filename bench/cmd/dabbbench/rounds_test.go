@@ -332,16 +332,7 @@ func TestWriteMarkdownRounds(t *testing.T) {
 			var b strings.Builder
 			writeMarkdown(&b, res, "bench.svg")
 			md := b.String()
-			for _, w := range tc.want {
-				if !strings.Contains(md, w) {
-					t.Errorf("lacks %q:\n%s", w, md)
-				}
-			}
-			for _, n := range tc.not {
-				if strings.Contains(md, n) {
-					t.Errorf("has %q:\n%s", n, md)
-				}
-			}
+			checkText(t, md, tc.want, tc.not)
 		})
 	}
 }
@@ -434,15 +425,7 @@ func TestRunDropsFailingFramework(t *testing.T) {
 	if !strings.Contains(string(md), "- broken: not measured: ") || !strings.Contains(string(md), "| raw | 2 | ") {
 		t.Errorf("bench.md does not report broken as not measured and raw as measured:\n%s", md)
 	}
-	f, err := os.Open(filepath.Join(out, "bench.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := readCSV(t, filepath.Join(out, "bench.csv"))
 	if len(rows) != 3 || rows[1][0] != "raw" || rows[2][0] != "raw" || rows[1][len(rows[1])-2] != "1" || rows[2][len(rows[2])-2] != "2" {
 		t.Fatalf("bench.csv rows %q, want raw's rounds 1 and 2", rows)
 	}
