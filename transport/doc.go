@@ -30,12 +30,18 @@
 // Each connection has a pending table keyed by request id, one reader
 // goroutine and a coalescing writer: an idle connection writes a frame
 // inline from the calling goroutine; under load the frames that queue up
-// while one write is in the kernel go out together in the next. Idle
-// connections exchange Dubbo heartbeats and a peer silent for three
-// intervals is dropped.
+// while one write is in the kernel go out together in the next. A frame
+// with a payload of 64 KiB or more is written from the caller's buffer
+// (writev, no copy), and such requests get a connection of their own per
+// address ([Config.LargeMessage]). Idle connections exchange Dubbo
+// heartbeats and a peer silent for three intervals is dropped.
 //
-// Graceful shutdown: [Server.Shutdown] stops accepting and sends the
-// read-only event on every connection. The pool then stops choosing that
+// A handler's context answers [Request] with the request it serves, so
+// layers above read attachments without a context value per call.
+//
+// Graceful shutdown: [Server.Shutdown] stops accepting (serving what is
+// still in the listener's accept queue rather than letting the operating
+// system reset it) and sends the read-only event on every connection. The pool then stops choosing that
 // address ([Pool.ReadOnly]) until a fresh connection to it succeeds, and
 // closes each of its connections there as soon as no call is pending on it.
 // The server lets its handlers finish, then keeps reading until each client
