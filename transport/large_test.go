@@ -1,11 +1,14 @@
 package transport
 
 import (
+	"context"
 	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
 )
 
 // acceptCounter counts accepted connections.
@@ -80,4 +83,84 @@ func TestLargeRequestsUseTheirOwnConnection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLargeInFlight: with the default bound, a second large request waits
+// for the first's slot, and fails as not sent (nothing reaches the
+// server) when its budget or context ends first; small calls never wait
+// for it. With no bound (negative) both are in flight at once.
+func TestLargeInFlight(t *testing.T) {
+	largeReq := func(name string, timeout time.Duration) *protocol.Message {
+		req := newRequest(name + strings.Repeat("x", 2<<10))
+		req.Timeout = timeout
+		return req
+	}
+	t.Run("bound of 1", func(t *testing.T) {
+		bs := startBlockingServer(t, ServerConfig{})
+		p := newPool(t, Config{LargeMessage: 1 << 10})
+		ctx := testCtx(t)
+		first := make(chan error, 1)
+		go func() {
+			resp, err := p.RoundTrip(ctx, bs.addr, largeReq("first", 0))
+			p.Release(resp)
+			first <- err
+		}()
+		waitFor(t, bs.entered, "the first large request's handler")
+
+		_, err := p.RoundTrip(ctx, bs.addr, largeReq("budget", 50*time.Millisecond))
+		wantStatus(t, err, protocol.StatusClientTimeout, false, true)
+		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err = p.RoundTrip(cctx, bs.addr, largeReq("ctx", 0))
+		cancel()
+		wantStatus(t, err, protocol.StatusClientTimeout, false, true)
+
+		small := make(chan error, 1)
+		go func() {
+			resp, err := p.RoundTrip(ctx, bs.addr, newRequest("small"))
+			p.Release(resp)
+			small <- err
+		}()
+		if got := waitFor(t, bs.entered, "the small request's handler"); got != "small" {
+			t.Fatalf("handler entered for %.10q, want the small request (the waiting large ones must not be sent)", got)
+		}
+		close(bs.release)
+		if err := waitFor(t, small, "the small call"); err != nil {
+			t.Fatalf("small call: %v", err)
+		}
+		if err := waitFor(t, first, "the first large call"); err != nil {
+			t.Fatalf("first large call: %v", err)
+		}
+		resp, err := p.RoundTrip(ctx, bs.addr, largeReq("third", time.Second))
+		if err != nil {
+			t.Fatalf("a large call after the slot was freed: %v", err)
+		}
+		p.Release(resp)
+		if got := waitFor(t, bs.entered, "the third large request's handler"); !strings.HasPrefix(got, "third") {
+			t.Fatalf("handler entered for %.10q, want the third large request", got)
+		}
+		if n := bs.ran.Load(); n != 3 {
+			t.Errorf("the server ran %d requests, want 3 (first, small, third)", n)
+		}
+	})
+	t.Run("no bound", func(t *testing.T) {
+		bs := startBlockingServer(t, ServerConfig{})
+		p := newPool(t, Config{LargeMessage: 1 << 10, LargeInFlight: -1})
+		ctx := testCtx(t)
+		done := make(chan error, 2)
+		for _, name := range []string{"a", "b"} {
+			go func() {
+				resp, err := p.RoundTrip(ctx, bs.addr, largeReq(name, 0))
+				p.Release(resp)
+				done <- err
+			}()
+		}
+		waitFor(t, bs.entered, "one large request's handler")
+		waitFor(t, bs.entered, "the other large request's handler, in flight at once")
+		close(bs.release)
+		for range 2 {
+			if err := waitFor(t, done, "a large call"); err != nil {
+				t.Fatalf("large call: %v", err)
+			}
+		}
+	})
 }

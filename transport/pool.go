@@ -33,6 +33,18 @@ type Config struct {
 	// Default 64 KiB; negative sends every request over the shared
 	// connections.
 	LargeMessage int
+	// LargeInFlight bounds the large requests (see LargeMessage) in flight
+	// to one address at once; the next waits for a slot, and the wait
+	// counts against its budget (a call whose budget or context ends
+	// while it waits fails as not sent). Large requests share one
+	// connection, so a second one in flight gains little on the wire and
+	// mostly adds CPU and memory pressure on both sides: with 16
+	// goroutines making small calls and 2 making 1 MiB calls on one
+	// client (dabbbench), a bound of 1 took the small calls' p99 from
+	// 4.7-5.5 ms to 3.0-3.3 ms and their rate from 12k to 22k calls/s,
+	// for 25 % fewer 1 MiB calls/s at the same 1 MiB p99. Default 1;
+	// negative means no bound.
+	LargeInFlight int
 	// DialTimeout bounds one dial. Default 3s.
 	DialTimeout time.Duration
 	// HeartbeatInterval: a connection that read nothing for this long
@@ -84,6 +96,9 @@ func NewPool(cfg Config) *Pool {
 	}
 	if cfg.ConnsPerAddr <= 0 {
 		cfg.ConnsPerAddr = 2
+	}
+	if cfg.LargeInFlight == 0 {
+		cfg.LargeInFlight = 1
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 3 * time.Second
@@ -159,12 +174,21 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 	var i int
 	if large := p.cfg.LargeMessage; large > 0 && len(req.Payload) >= large {
 		i = p.cfg.ConnsPerAddr
+		if e.large != nil {
+			if req.Timeout > 0 {
+				start = time.Now()
+			}
+			if err := e.acquireLarge(ctx, start, req.Timeout); err != nil {
+				return nil, err
+			}
+			defer func() { <-e.large }()
+		}
 	} else {
 		i = int(e.rr.Add(1)) % p.cfg.ConnsPerAddr
 	}
 	c := e.slots[i].Load()
 	if !c.usable() || e.readOnly.Load() {
-		if req.Timeout > 0 {
+		if req.Timeout > 0 && start.IsZero() {
 			start = time.Now()
 		}
 		var err error
@@ -231,6 +255,9 @@ func (p *Pool) endpoint(addr string) (*endpoint, error) {
 		n++ // the last slot carries the large requests
 	}
 	e := &endpoint{p: p, addr: addr, slots: make([]atomic.Pointer[clientConn], n)}
+	if p.cfg.LargeMessage > 0 && p.cfg.LargeInFlight > 0 {
+		e.large = make(chan struct{}, p.cfg.LargeInFlight)
+	}
 	m := make(map[string]*endpoint, len(old)+1)
 	for k, v := range old {
 		m[k] = v
@@ -293,12 +320,40 @@ type endpoint struct {
 	rr       atomic.Uint32 // round-robin cursor
 	readOnly atomic.Bool
 	slots    []atomic.Pointer[clientConn]
+	large    chan struct{} // LargeInFlight slots; nil: no bound
 
 	mu       sync.Mutex // guards the fields below
 	dial     *dialing   // the dial in flight, if any
 	failures int        // consecutive failed dials
 	retryAt  time.Time  // no dial before this (backoff)
 	lastErr  error      // the last dial error
+}
+
+// acquireLarge takes one of the endpoint's LargeInFlight slots, waiting
+// at most for what is left of budget (counted from start; zero: no
+// budget), ctx, or the pool's Close.
+func (e *endpoint) acquireLarge(ctx context.Context, start time.Time, budget time.Duration) error {
+	select {
+	case e.large <- struct{}{}:
+		return nil
+	default:
+	}
+	var timeout <-chan time.Time
+	if budget > 0 {
+		t := time.NewTimer(budget - time.Since(start))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case e.large <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctxErr(ctx.Err(), false)
+	case <-timeout:
+		return notSent(protocol.StatusClientTimeout, "timeout budget spent waiting for a large-request slot to "+e.addr, nil)
+	case <-e.p.ctx.Done():
+		return errPoolClosed
+	}
 }
 
 // dialing is one dial in flight, shared by every caller that needs it.
