@@ -43,7 +43,11 @@ type Config struct {
 	// client (dabbbench), a bound of 1 took the small calls' p99 from
 	// 4.7-5.5 ms to 3.0-3.3 ms and their rate from 12k to 22k calls/s,
 	// for 25 % fewer 1 MiB calls/s at the same 1 MiB p99. Default 1;
-	// negative means no bound.
+	// negative means no bound. The slot is held until the response
+	// arrives, so a large call made through the same Pool to the same
+	// address while one is waiting for its answer (calls that loop back,
+	// A to B to A to B, with large payloads) waits for it, at most for
+	// its budget; such a client wants a larger bound or none.
 	LargeInFlight int
 	// DialTimeout bounds one dial. Default 3s.
 	DialTimeout time.Duration
