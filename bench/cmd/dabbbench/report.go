@@ -201,7 +201,7 @@ func writeMarkdown(w io.Writer, res *results, chart string) {
 	fmt.Fprintf(w, "Run %s, %v; %s, %d CPUs, %s/%s, %s; load average %s before, %s after.  \n",
 		res.start.Format("2006-01-02 15:04 MST"), res.end.Sub(res.start).Round(time.Second), cpuModel(),
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), res.loadFrom, res.loadTo)
-	fmt.Fprintf(w, "Per point: median of %d %s; frameworks interleaved per point (every framework in turn, the order rotated each round). "+
+	fmt.Fprintf(w, "Per point: median of %d %s; frameworks interleaved per point (every framework in turn, the order rotated each round and reversed in odd rounds, after a wait for quiet processes). "+
 		"Each window: %s, %v measured. Servers in their own processes on 127.0.0.1; CPU from getrusage of each process, system calls from /proc/self/io.\n\n",
 		cfg.rounds, plural(cfg.rounds, "round", "rounds"), warmupDesc(cfg), cfg.duration)
 
