@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/registry"
 	"github.com/dabbrpc/dabb/registry/static"
 )
@@ -194,17 +195,7 @@ func idsOf(ins []registry.Instance) string {
 // goroutine without an event the test can wait on.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		case <-tick.C:
-		}
-	}
+	wait.Until(t, waitTimeout, 2*time.Millisecond, what, cond)
 }
 
 // subscribe returns a channel that receives every list the cache

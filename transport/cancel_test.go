@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/protocol"
 )
 
@@ -20,13 +21,7 @@ const cancelBound = time.Second
 // timeout. For state that has no event to wait on.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(defaultTestTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait.Until(t, defaultTestTimeout, time.Millisecond, what, cond)
 }
 
 // handlerResult is what a gated handler saw when it returned.
