@@ -269,16 +269,12 @@ func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte
 // should not pin megabytes to a connection for its lifetime.
 const maxKept = 1 << 20
 
-// keptByRecycle is the largest read buffer Recycle leaves with a Message;
-// larger ones go back to the shared pool.
-const keptByRecycle = 256 << 10
-
-// Recycle resets m like Reset, and hands a read buffer over 256 KiB back to
-// the shared buffer pool instead of keeping it. Nothing may use m's
+// Recycle resets m like Reset, and hands a read buffer over bufpool.MaxKept
+// (256 KiB) back to the shared buffer pool instead of keeping it. Nothing may use m's
 // Payload, or anything that aliases it, afterwards.
 func (m *Message) Recycle() {
 	buf := m.buf
-	if cap(buf) > keptByRecycle {
+	if cap(buf) > bufpool.MaxKept {
 		bufpool.Put(buf)
 		buf = nil
 	}

@@ -455,10 +455,6 @@ func (c *Client) newKey() string {
 	return string(strconv.AppendUint(b[:n], c.keySeq.Add(1), 36))
 }
 
-// maxKeptPayload is the largest request payload buffer kept with a pooled
-// request.
-const maxKeptPayload = 256 << 10
-
 // outgoing holds a pooled request message and its payload buffer.
 type outgoing struct {
 	msg     protocol.Message
@@ -506,7 +502,7 @@ func (c *Client) exchange(ctx context.Context, call *Call, addr string, start ti
 	m.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, call.codec.ID()), 0, 0)
 	resp, err := c.pool.RoundTrip(ctx, addr, m)
 	*m = protocol.Message{}
-	if cap(out.payload) > maxKeptPayload {
+	if cap(out.payload) > bufpool.MaxKept {
 		// Written by now: hand a large buffer back to the shared pool
 		// instead of pinning it to a pooled request.
 		bufpool.Put(out.payload)

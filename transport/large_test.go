@@ -164,3 +164,41 @@ func TestLargeInFlight(t *testing.T) {
 		}
 	})
 }
+
+// acquireLarge gives up on a full endpoint with the reason: the budget,
+// the caller's context, or the pool's Close, each as not sent.
+func TestAcquireLargeGivesUp(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		budget time.Duration
+		ctx    func() (context.Context, context.CancelFunc)
+		close  bool
+		status protocol.Status
+	}{
+		{"budget", 20 * time.Millisecond, func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, false, protocol.StatusClientTimeout},
+		{"context", 0, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 20*time.Millisecond)
+		}, false, protocol.StatusClientTimeout},
+		{"pool closed", 0, func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, true, protocol.StatusChannelInactive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPool(Config{Logger: quietLogger()})
+			defer p.Close()
+			e, err := p.endpoint("127.0.0.1:1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.large <- struct{}{} // the only slot is taken
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			if tc.close {
+				_ = p.Close()
+			}
+			err = e.acquireLarge(ctx, time.Now(), tc.budget)
+			wantStatus(t, err, tc.status, false, true)
+			if len(e.large) != 1 {
+				t.Errorf("a slot was taken by a call that gave up")
+			}
+		})
+	}
+}

@@ -586,7 +586,7 @@ func putServerCall(call *serverCall) {
 	call.sc = nil
 	call.req.Recycle()
 	payload := call.resp.Payload[:0] // the next handler encodes into it
-	if cap(payload) > maxKeptBuffer {
+	if cap(payload) > bufpool.MaxKept {
 		// A large response (from the codec, often out of the shared
 		// pool) has been written: hand it back rather than keep it.
 		bufpool.Put(payload)

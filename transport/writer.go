@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dabbrpc/dabb/internal/bufpool"
 	"github.com/dabbrpc/dabb/protocol"
 )
 
@@ -57,10 +58,6 @@ type frameWriter struct {
 	writes  uint64 // completed writes, for stall detection
 	seen    uint64 // writes at the previous stall check
 }
-
-// maxKeptBuffer bounds the capacity of a buffer kept for reuse: a single
-// large frame must not pin megabytes per connection forever.
-const maxKeptBuffer = 256 << 10
 
 // largePayload is the payload size from which a frame is written from the
 // caller's own payload buffer (one writev of the frame's head and the
@@ -245,8 +242,10 @@ func (w *frameWriter) wrote(b []byte, err error) error {
 // and there is more to write.
 func (w *frameWriter) afterWrite(b []byte, err error) (done bool, _ error) {
 	w.writes++
-	if cap(b) <= maxKeptBuffer {
+	if cap(b) <= bufpool.MaxKept {
 		w.spare = b[:0]
+	} else {
+		bufpool.Put(b)
 	}
 	if err != nil {
 		if w.err == nil {

@@ -27,6 +27,12 @@ const (
 	Max = 1 << maxShift
 )
 
+// MaxKept is the largest buffer an owner keeps for its own next use (a
+// pooled message, request or connection writer): one large frame must not
+// pin megabytes to it for good. Larger buffers go back to this pool once
+// their owner is done with them.
+const MaxKept = 256 << 10
+
 // pools[i] holds buffers whose capacity is at least 1<<(minShift+i).
 var pools [maxShift - minShift + 1]sync.Pool
 
