@@ -202,3 +202,94 @@ func TestAcquireLargeGivesUp(t *testing.T) {
 		})
 	}
 }
+
+// TestLargeShare: while a small call to the address is in flight, a large
+// request starts no sooner than the previous one's round trip times
+// (1−LargeShare)/LargeShare after it ended, and a budget shorter than that
+// pause fails the call as not sent; with no small call in flight, or with
+// pacing off, the next large request goes at once.
+func TestLargeShare(t *testing.T) {
+	const hold = 60 * time.Millisecond // each large request's handler time
+	type visit struct{ in, out time.Time }
+	for _, tc := range []struct {
+		name        string
+		share       float64
+		smallPinned bool
+		paced       bool
+	}{
+		{"small call in flight", 0.5, true, true},
+		{"no small call in flight", 0.5, false, false},
+		{"pacing off", 1, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			smallIn := make(chan struct{}, 1)
+			visits := make(chan visit, 10)
+			ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+				if string(req.Payload) == "small" {
+					smallIn <- struct{}{}
+					select {
+					case <-release:
+					case <-ctx.Done():
+					}
+				} else {
+					in := time.Now()
+					time.Sleep(hold) // the work that makes the round trip last
+					visits <- visit{in, time.Now()}
+				}
+				resp.Payload = append(resp.Payload[:0], req.Payload...)
+			}), ServerConfig{})
+			p := newPool(t, Config{LargeMessage: 1 << 10, LargeShare: tc.share})
+			ctx := testCtx(t)
+			small := make(chan error, 1)
+			if tc.smallPinned {
+				go func() {
+					resp, err := p.RoundTrip(ctx, ts.addr, newRequest("small"))
+					p.Release(resp)
+					small <- err
+				}()
+				waitFor(t, smallIn, "the small request's handler")
+			}
+			large := func(timeout time.Duration) error {
+				req := newRequest(strings.Repeat("x", 2<<10))
+				req.Timeout = timeout
+				resp, err := p.RoundTrip(ctx, ts.addr, req)
+				p.Release(resp)
+				return err
+			}
+			if err := large(0); err != nil {
+				t.Fatalf("first large call: %v", err)
+			}
+			first := waitFor(t, visits, "the first large request's visit")
+			if tc.paced {
+				// The pause is at least hold long: a budget of 10ms ends in it.
+				wantStatus(t, large(10*time.Millisecond), protocol.StatusClientTimeout, false, true)
+			}
+			if err := large(0); err != nil {
+				t.Fatalf("second large call: %v", err)
+			}
+			second := waitFor(t, visits, "the second large request's visit")
+			select {
+			case v := <-visits:
+				t.Fatalf("the server ran a third large request (at %v): the one whose budget ended in the pause was sent", v.in.Sub(first.in))
+			default:
+			}
+			gap := second.in.Sub(first.out)
+			// Paced: the client's round trip d >= hold, and the second
+			// request leaves d·(1−0.5)/0.5 >= hold after the first's response
+			// arrived, which is after the handler returned.
+			if tc.paced && gap < hold {
+				t.Errorf("second large request arrived %v after the first's handler returned, want >= %v", gap, hold)
+			}
+			if !tc.paced && gap >= hold {
+				t.Errorf("second large request arrived %v after the first's handler returned, want no pause (< %v)", gap, hold)
+			}
+			close(release)
+			if tc.smallPinned {
+				if err := waitFor(t, small, "the small call"); err != nil {
+					t.Fatalf("small call: %v", err)
+				}
+			}
+		})
+	}
+}
