@@ -54,19 +54,20 @@ type Config struct {
 	// request is about to go and a small call to the same address is
 	// waiting for its answer, it first waits until the previous large
 	// request's round trip, d, has been followed by a pause of
-	// d·(1−LargeShare)/LargeShare (with the default, 2·d). Moving a
+	// d·(1−LargeShare)/LargeShare (with the default, 3·d). Moving a
 	// megabyte keeps both processes busy for a while, and the small calls
 	// that land in that burst queue behind it; spacing the bursts keeps
 	// their tail latency near its value without large calls, as HTTP/2's
 	// flow control does for gRPC. With 16 goroutines making small calls
 	// and 2 making 1 MiB calls on one client (dabbbench), the default
-	// took the small calls' p99 from 5.1× its value without the large
-	// calls to 2.6-3.0×, and their rate from 33k to 68k calls/s, for 60 %
-	// fewer 1 MiB calls/s (760 to 300; see docs/performance.md, finding
-	// 5). With no small call in flight large requests are not paced. The
-	// pause counts against the large call's budget, like the wait for a
-	// LargeInFlight slot. Default 1/3; 1 or more, or negative, turns
-	// pacing off.
+	// took the small calls' p99 from 5.1-5.5× its value without the
+	// large calls to 2.5-2.8×, and their rate from ~30k to ~70k calls/s,
+	// for 70 % fewer 1 MiB calls/s (700-760 to 200-230; a third gave
+	// 2.6-3.2× at ~290; see docs/performance.md, finding 5). With no
+	// small call in flight large requests are not paced: bulk transfers
+	// alone keep their full rate. The pause counts against the large
+	// call's budget, like the wait for a LargeInFlight slot. Default
+	// 0.25; 1 or more, or negative, turns pacing off.
 	LargeShare float64
 	// DialTimeout bounds one dial. Default 3s.
 	DialTimeout time.Duration
@@ -125,7 +126,7 @@ func NewPool(cfg Config) *Pool {
 		cfg.LargeInFlight = 1
 	}
 	if cfg.LargeShare == 0 {
-		cfg.LargeShare = 1.0 / 3
+		cfg.LargeShare = 0.25
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 3 * time.Second
