@@ -194,7 +194,7 @@ func TestAcquireLargeGivesUp(t *testing.T) {
 			if tc.close {
 				_ = p.Close()
 			}
-			err = e.acquireLarge(ctx, time.Now(), tc.budget)
+			_, err = e.acquireLarge(ctx, time.Now(), tc.budget)
 			wantStatus(t, err, tc.status, false, true)
 			if len(e.large) != 1 {
 				t.Errorf("a slot was taken by a call that gave up")
@@ -205,21 +205,26 @@ func TestAcquireLargeGivesUp(t *testing.T) {
 
 // TestLargeShare: while a small call to the address is in flight, a large
 // request starts no sooner than the previous one's round trip times
-// (1−LargeShare)/LargeShare after it ended, and a budget shorter than that
-// pause fails the call as not sent; with no small call in flight, or with
-// pacing off, the next large request goes at once.
+// (1−LargeShare)/LargeShare after it ended, at most maxLargePause, and a
+// budget shorter than that pause fails the call as not sent; with no small
+// call in flight, or with pacing off, the next large request goes at once.
 func TestLargeShare(t *testing.T) {
-	const hold = 60 * time.Millisecond // each large request's handler time
 	type visit struct{ in, out time.Time }
 	for _, tc := range []struct {
-		name        string
-		share       float64
-		smallPinned bool
-		paced       bool
+		name           string
+		share          float64
+		hold           time.Duration // each large request's handler time
+		smallPinned    bool
+		minGap, maxGap time.Duration // between the first's handler end and the second's start; 0: unchecked
 	}{
-		{"small call in flight", 0.5, true, true},
-		{"no small call in flight", 0.5, false, false},
-		{"pacing off", 1, true, false},
+		// The client's round trip d >= hold, and the second request leaves
+		// d·(1−0.5)/0.5 >= hold after the first's response arrived, which
+		// is after the handler returned.
+		{"small call in flight", 0.5, 60 * time.Millisecond, true, 60 * time.Millisecond, 0},
+		{"no small call in flight", 0.5, 60 * time.Millisecond, false, 0, 60 * time.Millisecond},
+		{"pacing off", 1, 60 * time.Millisecond, true, 0, 60 * time.Millisecond},
+		// Unbounded, the pause would be 3·d >= 450ms.
+		{"pause bounded", 0.25, 150 * time.Millisecond, true, maxLargePause, 3 * maxLargePause},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			release := make(chan struct{})
@@ -234,7 +239,7 @@ func TestLargeShare(t *testing.T) {
 					}
 				} else {
 					in := time.Now()
-					time.Sleep(hold) // the work that makes the round trip last
+					time.Sleep(tc.hold) // the work that makes the round trip last
 					visits <- visit{in, time.Now()}
 				}
 				resp.Payload = append(resp.Payload[:0], req.Payload...)
@@ -261,8 +266,8 @@ func TestLargeShare(t *testing.T) {
 				t.Fatalf("first large call: %v", err)
 			}
 			first := waitFor(t, visits, "the first large request's visit")
-			if tc.paced {
-				// The pause is at least hold long: a budget of 10ms ends in it.
+			if tc.minGap > 0 {
+				// The pause is at least minGap long: a budget of 10ms ends in it.
 				wantStatus(t, large(10*time.Millisecond), protocol.StatusClientTimeout, false, true)
 			}
 			if err := large(0); err != nil {
@@ -275,14 +280,11 @@ func TestLargeShare(t *testing.T) {
 			default:
 			}
 			gap := second.in.Sub(first.out)
-			// Paced: the client's round trip d >= hold, and the second
-			// request leaves d·(1−0.5)/0.5 >= hold after the first's response
-			// arrived, which is after the handler returned.
-			if tc.paced && gap < hold {
-				t.Errorf("second large request arrived %v after the first's handler returned, want >= %v", gap, hold)
+			if tc.minGap > 0 && gap < tc.minGap {
+				t.Errorf("second large request arrived %v after the first's handler returned, want >= %v", gap, tc.minGap)
 			}
-			if !tc.paced && gap >= hold {
-				t.Errorf("second large request arrived %v after the first's handler returned, want no pause (< %v)", gap, hold)
+			if tc.maxGap > 0 && gap >= tc.maxGap {
+				t.Errorf("second large request arrived %v after the first's handler returned, want < %v", gap, tc.maxGap)
 			}
 			close(release)
 			if tc.smallPinned {

@@ -65,9 +65,11 @@ type Config struct {
 	// for 70 % fewer 1 MiB calls/s (700-760 to 200-230; a third gave
 	// 2.6-3.2× at ~290; see docs/performance.md, finding 5). With no
 	// small call in flight large requests are not paced: bulk transfers
-	// alone keep their full rate. The pause counts against the large
-	// call's budget, like the wait for a LargeInFlight slot. Default
-	// 0.25; 1 or more, or negative, turns pacing off.
+	// alone keep their full rate. A pause lasts 100 ms at most (a large
+	// call that waited for a slow server does not hold the next ones back
+	// for three times as long), and counts against the large call's
+	// budget, like the wait for a LargeInFlight slot. Default 0.25; 1 or
+	// more, or negative, turns pacing off.
 	LargeShare float64
 	// DialTimeout bounds one dial. Default 3s.
 	DialTimeout time.Duration
@@ -204,10 +206,11 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 		i = p.cfg.ConnsPerAddr
 		if e.large != nil || p.paced() {
 			start = time.Now()
-			if err := e.acquireLarge(ctx, start, req.Timeout); err != nil {
+			sent, err := e.acquireLarge(ctx, start, req.Timeout)
+			if err != nil {
 				return nil, err
 			}
-			defer e.releaseLarge()
+			defer e.releaseLarge(sent)
 		}
 	} else {
 		i = int(e.rr.Add(1)) % p.cfg.ConnsPerAddr
@@ -347,9 +350,9 @@ type endpoint struct {
 	readOnly atomic.Bool
 	slots    []atomic.Pointer[clientConn]
 	large    chan struct{} // LargeInFlight slots; nil: no bound
-	// largeStart is when the last large request went out, largeNext the
-	// earliest the next may go while small calls are in flight (Pool.clock).
-	largeStart, largeNext atomic.Int64
+	// largeNext is the earliest the next large request may go while small
+	// calls are in flight (Pool.clock).
+	largeNext atomic.Int64
 
 	mu       sync.Mutex // guards the fields below
 	dial     *dialing   // the dial in flight, if any
@@ -365,9 +368,9 @@ func (p *Pool) paced() bool { return p.cfg.LargeShare > 0 && p.cfg.LargeShare < 
 // small calls to the address are in flight, waits out the pause that
 // Config.LargeShare asks for after the previous large request; both waits
 // end at what is left of budget (counted from start; zero: no budget),
-// ctx, or the pool's Close, as not sent. On success the caller owes
-// releaseLarge.
-func (e *endpoint) acquireLarge(ctx context.Context, start time.Time, budget time.Duration) error {
+// ctx, or the pool's Close, as not sent. On success it returns when the
+// request may go (Pool.clock), which the caller owes releaseLarge.
+func (e *endpoint) acquireLarge(ctx context.Context, start time.Time, budget time.Duration) (int64, error) {
 	var w largeWait
 	defer w.stop()
 	if e.large != nil {
@@ -375,7 +378,7 @@ func (e *endpoint) acquireLarge(ctx context.Context, start time.Time, budget tim
 		case e.large <- struct{}{}:
 		default:
 			if err := w.wait(ctx, e, start, budget, e.large, "waiting for a large-request slot to "); err != nil {
-				return err
+				return 0, err
 			}
 		}
 	}
@@ -385,11 +388,10 @@ func (e *endpoint) acquireLarge(ctx context.Context, start time.Time, budget tim
 			if e.large != nil {
 				<-e.large
 			}
-			return err
+			return 0, err
 		}
 	}
-	e.largeStart.Store(e.p.clock())
-	return nil
+	return e.p.clock(), nil
 }
 
 // largeWait is acquireLarge's timers: the budget's, made on the first
@@ -434,14 +436,19 @@ func (w *largeWait) stop() {
 	}
 }
 
-// releaseLarge ends a large request that acquireLarge let through: it
-// sets when the next one may start while small calls are in flight, and
-// gives back the LargeInFlight slot.
-func (e *endpoint) releaseLarge() {
+// maxLargePause bounds the pause after one large request, so that one
+// that waited long (for a slow server, or until its budget ran out) does
+// not hold the next ones back for several times as long.
+const maxLargePause = 100 * time.Millisecond
+
+// releaseLarge ends a large request that acquireLarge let through at
+// sent: it sets when the next one may start while small calls are in
+// flight, and gives back the LargeInFlight slot.
+func (e *endpoint) releaseLarge(sent int64) {
 	if s := e.p.cfg.LargeShare; e.p.paced() {
 		now := e.p.clock()
-		d := now - e.largeStart.Load()
-		next := now + int64(float64(d)*(1-s)/s)
+		d := now - sent
+		next := now + min(int64(float64(d)*(1-s)/s), int64(maxLargePause))
 		for {
 			old := e.largeNext.Load()
 			if old >= next || e.largeNext.CompareAndSwap(old, next) {
