@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/dabbrpc/dabb/internal/bufpool"
 	"github.com/dabbrpc/dabb/protocol"
 )
 
@@ -326,5 +329,58 @@ func TestWriterCompany(t *testing.T) {
 		if got := company(); got != want {
 			t.Fatalf("company = %d after %d solo flushes, want %d", got, i+1, want)
 		}
+	}
+}
+
+// TestWriterGrowsThroughPool: frames that pile up behind a blocked write
+// past bufpool.Min and bufpool.MaxKept grow the buffer through the pool,
+// leave in one write, whole and in order, and the oversized buffer is not
+// kept afterwards.
+func TestWriterGrowsThroughPool(t *testing.T) {
+	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{})}
+	var w frameWriter
+	w.init(c, func(err error) { t.Errorf("unexpected write error: %v", err) })
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.writeMessage(frameOf("first"))
+		done <- err
+	}()
+	waitFor(t, c.entered, "the first write")
+	const frames = 600 // ~600 KiB queued: grows past bufpool.MaxKept
+	payload := func(i int) string { return fmt.Sprintf("%04d%s", i, strings.Repeat("p", 1000)) }
+	for i := range frames {
+		if queued, err := w.writeMessage(frameOf(payload(i))); !queued || err != nil {
+			t.Fatalf("writeMessage %d while flushing = %v, %v", i, queued, err)
+		}
+	}
+	w.mu.Lock()
+	queuedCap := cap(w.buf)
+	w.mu.Unlock()
+	if queuedCap <= bufpool.MaxKept {
+		t.Fatalf("buffer capacity %d with %d frames queued; the test needs more than %d", queuedCap, frames, bufpool.MaxKept)
+	}
+	close(c.gate)
+	if err := waitFor(t, done, "the flusher"); err != nil {
+		t.Fatalf("flusher: %v", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.writes) != 2 {
+		t.Fatalf("%d writes, want 2 (the first frame, then the rest coalesced)", len(c.writes))
+	}
+	rd := protocol.NewReader(bufio.NewReader(bytes.NewReader(c.writes[1])), 0)
+	for i := range frames {
+		var m protocol.Message
+		if err := rd.Read(&m); err != nil {
+			t.Fatalf("frame %d of the second write: %v", i, err)
+		}
+		if got, want := string(m.Payload), payload(i); got != want {
+			t.Fatalf("frame %d holds %.8q..., want %.8q...", i, got, want)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cap(w.spare) > bufpool.MaxKept || cap(w.buf) > bufpool.MaxKept {
+		t.Errorf("writer keeps buffers of %d and %d bytes after the flush, want at most %d", cap(w.buf), cap(w.spare), bufpool.MaxKept)
 	}
 }
