@@ -74,6 +74,11 @@ type breakers struct {
 // instanceHealth is what the client knows of one instance's health.
 type instanceHealth struct {
 	cb *gobreaker.CircuitBreaker[struct{}]
+	// tripped is set while the breaker is not closed (OnStateChange), so
+	// that open, asked for every candidate the balancer considers, reads
+	// one atomic for a closed breaker instead of taking the breaker's lock
+	// and the clock (~1.5 % of the client's CPU at c=1024, dabbbench).
+	tripped atomic.Bool
 }
 
 func newBreakers(cfg BreakerConfig, log *slog.Logger, obs Observer) *breakers {
@@ -95,7 +100,8 @@ func (b *breakers) get(addr string) *instanceHealth {
 		return h
 	}
 	cfg := b.cfg
-	h := &instanceHealth{cb: gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+	h := &instanceHealth{}
+	h.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        addr,
 		MaxRequests: cfg.HalfOpenProbes,
 		Interval:    cfg.Window,
@@ -108,6 +114,7 @@ func (b *breakers) get(addr string) *instanceHealth {
 				float64(c.TotalFailures) >= cfg.FailureRatio*float64(c.Requests)
 		},
 		OnStateChange: func(name string, from, to gobreaker.State) {
+			h.tripped.Store(to != gobreaker.StateClosed)
 			b.log.Warn("dabb: circuit breaker", "addr", name, "from", from.String(), "to", to.String())
 			if b.observer != nil {
 				b.observer.BreakerChanged(name, from.String(), to.String())
@@ -115,7 +122,7 @@ func (b *breakers) get(addr string) *instanceHealth {
 		},
 		IsSuccessful: func(err error) bool { return !instanceFailure(err) },
 		IsExcluded:   excludedFromBreaker,
-	})}
+	})
 	next := make(map[string]*instanceHealth, len(old)+1)
 	for k, v := range old {
 		next[k] = v
@@ -132,7 +139,9 @@ func (b *breakers) open(addr string) bool {
 		return false
 	}
 	h := (*b.m.Load())[addr]
-	return h != nil && h.cb.State() == gobreaker.StateOpen
+	// An open breaker turns half-open lazily, when asked after its
+	// timeout: State asks, for a breaker that is not closed.
+	return h != nil && h.tripped.Load() && h.cb.State() == gobreaker.StateOpen
 }
 
 // BreakerState returns the breaker state of an instance address as gobreaker
