@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"math"
@@ -504,6 +505,37 @@ func TestReaderInterns(t *testing.T) {
 	}
 	if err := r.Read(&a); err != io.EOF {
 		t.Errorf("at the end: %v, want io.EOF", err)
+	}
+}
+
+// More names than the Reader's recent slots, cycled twice: every read
+// decodes its own name, and the second cycle returns the first's strings.
+func TestReaderInternsManyNames(t *testing.T) {
+	var stream []byte
+	var want []string
+	for range 2 {
+		for i := range 7 {
+			m := protocol.Message{Header: request(uint64(i + 1)), Service: "svc", Method: fmt.Sprintf("method%d", i)}
+			stream = protocol.AppendMessage(stream, &m)
+			want = append(want, m.Method)
+		}
+	}
+	r := protocol.NewReader(reader(stream), 0)
+	got := make([]string, len(want))
+	for i := range want {
+		var m protocol.Message
+		if err := r.Read(&m); err != nil {
+			t.Fatalf("Read %d: %v", i, err)
+		}
+		if m.Method != want[i] || m.Service != "svc" {
+			t.Fatalf("read %d: %s.%s, want svc.%s", i, m.Service, m.Method, want[i])
+		}
+		got[i] = m.Method
+	}
+	for i := range 7 {
+		if unsafe.StringData(got[i]) != unsafe.StringData(got[i+7]) {
+			t.Errorf("method%d is not interned across reads", i)
+		}
 	}
 }
 
