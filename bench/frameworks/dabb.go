@@ -21,7 +21,7 @@ import (
 func Dabb() Framework {
 	return Framework{
 		Name:  "dabb",
-		Setup: "dabb (this repo), rpcgen stub, proxy.Client defaults (2 multiplexed conns), protobuf",
+		Setup: "dabb (this repo), rpcgen stub, proxy.Client defaults (2 multiplexed conns; requests of 64 KiB or more on a third, one at a time, paced to a quarter of the time while small calls are in flight), protobuf",
 		Serve: serveDabb,
 		Dial:  dialDabb,
 	}
