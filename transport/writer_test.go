@@ -46,17 +46,25 @@ func frameOf(payload string) *protocol.Message {
 	return m
 }
 
+// startFlush makes a goroutine write frameOf(payload) through w over c,
+// becoming the flusher, and waits until its write is blocked in c; the
+// returned channel gets writeMessage's error once c's gate opens.
+func startFlush(t *testing.T, c *gateConn, w *frameWriter, payload string) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.writeMessage(frameOf(payload))
+		done <- err
+	}()
+	waitFor(t, c.entered, "the first write")
+	return done
+}
+
 func TestWriterCoalesces(t *testing.T) {
 	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{})}
 	var w frameWriter
 	w.init(c, func(err error) { t.Errorf("unexpected write error: %v", err) })
-
-	done := make(chan error, 1)
-	go func() {
-		_, err := w.writeMessage(frameOf("first")) // becomes the flusher, blocks
-		done <- err
-	}()
-	waitFor(t, c.entered, "the first write")
+	done := startFlush(t, c, &w, "first")
 	// A flusher is active: these return at once, their frames queued.
 	for _, p := range []string{"a", "bb", "ccc"} {
 		if queued, err := w.writeMessage(frameOf(p)); !queued || err != nil {
@@ -190,13 +198,7 @@ func TestWriterLargeFrame(t *testing.T) {
 	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{})}
 	var w frameWriter
 	w.init(c, func(err error) { t.Errorf("unexpected write error: %v", err) })
-
-	first := make(chan error, 1)
-	go func() {
-		_, err := w.writeMessage(frameOf("first")) // becomes the flusher, blocks
-		first <- err
-	}()
-	waitFor(t, c.entered, "the first write")
+	first := startFlush(t, c, &w, "first")
 
 	large := frameOf(string(bytes.Repeat([]byte("L"), largePayload+123)))
 	type result struct {
@@ -265,12 +267,7 @@ func TestWriterLargeWaiterReleasedOnFailure(t *testing.T) {
 	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{}), fail: boom}
 	var w frameWriter
 	w.init(c, func(error) {})
-	first := make(chan error, 1)
-	go func() {
-		_, err := w.writeMessage(frameOf("first"))
-		first <- err
-	}()
-	waitFor(t, c.entered, "the first write")
+	first := startFlush(t, c, &w, "first")
 	type result struct {
 		queued bool
 		err    error
@@ -340,12 +337,7 @@ func TestWriterGrowsThroughPool(t *testing.T) {
 	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{})}
 	var w frameWriter
 	w.init(c, func(err error) { t.Errorf("unexpected write error: %v", err) })
-	done := make(chan error, 1)
-	go func() {
-		_, err := w.writeMessage(frameOf("first"))
-		done <- err
-	}()
-	waitFor(t, c.entered, "the first write")
+	done := startFlush(t, c, &w, "first")
 	const frames = 600 // ~600 KiB queued: grows past bufpool.MaxKept
 	payload := func(i int) string { return fmt.Sprintf("%04d%s", i, strings.Repeat("p", 1000)) }
 	for i := range frames {
