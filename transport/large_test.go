@@ -165,41 +165,53 @@ func TestLargeInFlight(t *testing.T) {
 	})
 }
 
-// acquireLarge gives up on a full endpoint with the reason: the budget,
-// the caller's context, or the pool's Close, each as not sent.
+// acquireLarge gives up, on a full endpoint or in the pause between large
+// requests, with the reason: the budget, the caller's context, or the
+// pool's Close, each as not sent, and holds no slot afterwards.
 func TestAcquireLargeGivesUp(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		budget time.Duration
-		ctx    func() (context.Context, context.CancelFunc)
-		close  bool
-		status protocol.Status
-	}{
-		{"budget", 20 * time.Millisecond, func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, false, protocol.StatusClientTimeout},
-		{"context", 0, func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), 20*time.Millisecond)
-		}, false, protocol.StatusClientTimeout},
-		{"pool closed", 0, func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, true, protocol.StatusChannelInactive},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := NewPool(Config{Logger: quietLogger()})
-			defer p.Close()
-			e, err := p.endpoint("127.0.0.1:1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			e.large <- struct{}{} // the only slot is taken
-			ctx, cancel := tc.ctx()
-			defer cancel()
-			if tc.close {
-				_ = p.Close()
-			}
-			_, err = e.acquireLarge(ctx, time.Now(), tc.budget)
-			wantStatus(t, err, tc.status, false, true)
-			if len(e.large) != 1 {
-				t.Errorf("a slot was taken by a call that gave up")
-			}
-		})
+	for _, wait := range []string{"slot", "pause"} {
+		for _, tc := range []struct {
+			name   string
+			budget time.Duration
+			ctx    func() (context.Context, context.CancelFunc)
+			close  bool
+			status protocol.Status
+		}{
+			{"budget", 20 * time.Millisecond, func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, false, protocol.StatusClientTimeout},
+			{"context", 0, func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 20*time.Millisecond)
+			}, false, protocol.StatusClientTimeout},
+			{"pool closed", 0, func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, true, protocol.StatusChannelInactive},
+		} {
+			t.Run(wait+"/"+tc.name, func(t *testing.T) {
+				p := NewPool(Config{Logger: quietLogger()})
+				defer p.Close()
+				e, err := p.endpoint("127.0.0.1:1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := 0
+				if wait == "slot" {
+					e.large <- struct{}{} // the only slot is taken
+					want = 1
+				} else {
+					// A small call is waiting for its answer, and the
+					// previous large request asked for a long pause.
+					e.slots[0].Store(&clientConn{pending: map[uint64]*call{1: {}}})
+					e.largeNext.Store(p.clock() + int64(time.Hour))
+				}
+				ctx, cancel := tc.ctx()
+				defer cancel()
+				if tc.close {
+					_ = p.Close()
+				}
+				_, err = e.acquireLarge(ctx, time.Now(), tc.budget)
+				wantStatus(t, err, tc.status, false, true)
+				if len(e.large) != want {
+					t.Errorf("%d slots taken after a call gave up, want %d", len(e.large), want)
+				}
+			})
+		}
 	}
 }
 
