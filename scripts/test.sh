@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs all of dabb's checks and tests: go vet, gofmt, staticcheck, and
 # go test -race over every package, against real ZooKeeper and etcd servers
-# that the tests start on loopback ports.
+# that the tests start on loopback ports; then the same checks over the
+# bench module (bench/, its own go.mod, so the peers it measures stay out of
+# dabb's): its tests run the harness on short windows, not a measurement.
 #
 # It installs what the tests need when it is missing: ZooKeeper and etcd
 # from Debian's packages (as root, or through sudo), staticcheck from the Go
@@ -49,3 +51,11 @@ fi
 
 echo "== go test -race"
 go test -race -count=1 -timeout 15m ./...
+
+echo "== bench module: go vet, staticcheck, go test -race"
+(
+	cd bench
+	go vet ./...
+	"$gobin/staticcheck" ./...
+	go test -race -count=1 -timeout 10m ./...
+)
