@@ -49,8 +49,11 @@ type Call struct {
 	Attempt int
 
 	codec codec.Codec
-	start time.Time        // when Invoke began
-	tried [maxTried]string // instances this call attempted, for retries
+	// payload, when set, is the request already marshaled (a hedged
+	// call's attempts share it) and Req is not read.
+	payload []byte
+	start   time.Time        // when Invoke began
+	tried   [maxTried]string // instances this call attempted, for retries
 }
 
 // SetAttachment adds a key/value pair to the call's attachments.
@@ -135,7 +138,11 @@ func (h hedgeOption) apply(c *Call) { c.Hedge = time.Duration(h) }
 // Hedge sends a backup attempt to another instance when the first has not
 // answered after delay, and takes whichever answers first, cancelling the
 // other. It applies to idempotent methods only (others ignore it): both
-// attempts may run.
+// attempts may run. The backup is a retry as far as the RetryPolicy goes:
+// MaxAttempts 1 turns it off, it draws on the retry budget (so during an
+// outage hedging stops doubling the load), and when the first attempt
+// fails before the delay the backup goes at once only if that failure may
+// be retried (never with FailFast).
 func Hedge(delay time.Duration) CallOption { return hedgeOption(delay) }
 
 type callOptionsKey struct{}

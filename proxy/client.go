@@ -485,12 +485,14 @@ func (c *Client) exchange(ctx context.Context, call *Call, addr string, start ti
 	}
 	out := c.reqs.Get().(*outgoing)
 	defer c.reqs.Put(out)
-	payload, err := call.codec.Marshal(out.payload[:0], call.Req)
-	if err != nil {
-		return nil, &protocol.Error{Status: protocol.StatusClientError,
-			Msg: "encode " + call.Service + "." + call.Method + " request", Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}
+	payload := call.payload
+	if payload == nil {
+		var err error
+		if payload, err = call.codec.Marshal(out.payload[:0], call.Req); err != nil {
+			return nil, encodeError(call, err)
+		}
+		out.payload = payload
 	}
-	out.payload = payload
 	m := &out.msg
 	*m = protocol.Message{
 		Service:     call.Service,
@@ -509,6 +511,12 @@ func (c *Client) exchange(ctx context.Context, call *Call, addr string, start ti
 		out.payload = nil
 	}
 	return resp, err
+}
+
+// encodeError is the error of a request the codec could not marshal.
+func encodeError(call *Call, err error) error {
+	return &protocol.Error{Status: protocol.StatusClientError,
+		Msg: "encode " + call.Service + "." + call.Method + " request", Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}
 }
 
 // decode decodes an OK response into call.Resp and releases it.

@@ -512,6 +512,130 @@ func TestHedgedCall(t *testing.T) {
 	}
 }
 
+// labelObserver sends the service and method of every attempt it is told
+// of.
+type labelObserver struct{ attempts chan string }
+
+func (o *labelObserver) Attempted(svc, method, _ string, _ protocol.Status, _ time.Duration) {
+	o.attempts <- svc + "." + method
+}
+func (o *labelObserver) Retried(string, string, protocol.Status) {}
+func (o *labelObserver) BreakerChanged(string, string, string)   {}
+
+// TestHedgedLoserOutlivesCall: the losing attempt of a hedged call ends
+// after Invoke has returned (and recycled its Call) and after the caller
+// took its request back; it must still report the right method and never
+// touch what the caller owns (the race detector watches the request).
+func TestHedgedLoserOutlivesCall(t *testing.T) {
+	slow, fast := &seen{}, &seen{}
+	slowAddr := serve(t, slow, waitCancel, transport.ServerConfig{})
+	fastAddr := serve(t, fast, 0, transport.ServerConfig{})
+	obs := &labelObserver{attempts: make(chan string, 64)}
+	c := client(t, []string{slowAddr, fastAddr}, proxy.WithBalancer("round_robin"), proxy.WithObserver(obs),
+		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	req := &pb.StockRequest{Sku: "x"}
+	for i := range 6 {
+		resp := new(pb.StockReply)
+		if err := c.Invoke(ctx, service, "M", req, resp, proxy.Idempotent(), proxy.Hedge(20*time.Millisecond),
+			proxy.Timeout(2*time.Second)); err != nil {
+			t.Fatalf("hedged call %d: %v", i, err)
+		}
+		req.Sku = strings.Repeat("y", i+1) // the caller's again
+		// Another call right away reuses the recycled Call.
+		if _, err := invoke(ctx, c, proxy.FailFast(), proxy.Timeout(50*time.Millisecond)); err != nil &&
+			!errors.Is(err, context.DeadlineExceeded) && protocol.StatusOf(err) != protocol.StatusServerTimeout {
+			t.Fatalf("plain call after hedged call %d: %v", i, err)
+		}
+	}
+	if slow.runs.Load() == 0 {
+		t.Fatal("no attempt went to the slow instance: the test proves nothing")
+	}
+	// Every attempt is reported once it ends, the losers' last.
+	for n := slow.runs.Load() + fast.runs.Load(); n > 0; n-- {
+		select {
+		case got := <-obs.attempts:
+			if want := service + ".M"; got != want {
+				t.Fatalf("an attempt was reported as %q, want %q", got, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d attempts never reported their end", n)
+		}
+	}
+}
+
+// TestHedgeFollowsRetryPolicy: the backup attempt is a retry. MaxAttempts
+// 1 or a spent retry budget stop it, and after an early failure it goes
+// only when that failure may be retried, never with FailFast.
+func TestHedgeFollowsRetryPolicy(t *testing.T) {
+	t.Run("no backup after timeout", func(t *testing.T) {
+		for _, p := range []proxy.RetryPolicy{{MaxAttempts: 1}, {BudgetRatio: 1e-9, BudgetFloor: -1}} {
+			slow, fast := &seen{}, &seen{}
+			slowAddr := serve(t, slow, waitCancel, transport.ServerConfig{})
+			fastAddr := serve(t, fast, 0, transport.ServerConfig{})
+			c := client(t, []string{slowAddr, fastAddr}, proxy.WithBalancer("round_robin"), proxy.WithRetry(p),
+				proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			failed := 0
+			for range 4 {
+				if _, err := invoke(ctx, c, proxy.Idempotent(), proxy.Hedge(10*time.Millisecond), proxy.Timeout(100*time.Millisecond)); err != nil {
+					failed++
+				}
+			}
+			cancel()
+			if slow.runs.Load() != 2 || fast.runs.Load() != 2 || failed != 2 {
+				t.Errorf("policy %+v: slow ran %d, fast %d, %d of 4 failed; want 2, 2 (no backup) and 2",
+					p, slow.runs.Load(), fast.runs.Load(), failed)
+			}
+		}
+	})
+	t.Run("no backup after a failure with FailFast", func(t *testing.T) {
+		live := &seen{}
+		c := client(t, []string{deadAddr(t), serve(t, live, 0, transport.ServerConfig{})}, proxy.WithBalancer("round_robin"))
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		failed := 0
+		for range 4 {
+			if _, err := invoke(ctx, c, proxy.Idempotent(), proxy.FailFast(), proxy.Hedge(time.Second)); err != nil {
+				failed++
+			}
+		}
+		if failed != 2 || live.runs.Load() != 2 {
+			t.Errorf("4 FailFast calls, every other one starting on a dead instance: %d failed, the live one ran %d; want 2 and 2",
+				failed, live.runs.Load())
+		}
+	})
+}
+
+// TestHedgeLeavesNothingInFlight: a backup that is not sent (the budget
+// is spent by the time the first attempt failed) must not stay counted
+// in flight by the balancer, or least_active shuns that instance for good.
+func TestHedgeLeavesNothingInFlight(t *testing.T) {
+	slow, fast := &seen{}, &seen{}
+	slowAddr := serve(t, slow, waitCancel, transport.ServerConfig{})
+	fastAddr := serve(t, fast, 0, transport.ServerConfig{})
+	c := client(t, []string{slowAddr, fastAddr}, proxy.WithBalancer("least_active"),
+		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	// Calls whose first attempt lands on the slow instance time out
+	// before the hedge delay, with no budget left for a backup.
+	for slow.runs.Load() < 3 {
+		if ctx.Err() != nil {
+			t.Fatal("no call reached the slow instance")
+		}
+		invoke(ctx, c, proxy.Idempotent(), proxy.Hedge(time.Second), proxy.Timeout(30*time.Millisecond))
+	}
+	before := fast.runs.Load()
+	for range 20 {
+		invoke(ctx, c, proxy.FailFast(), proxy.Timeout(20*time.Millisecond))
+	}
+	if got := fast.runs.Load() - before; got == 0 {
+		t.Fatal("the fast instance got none of 20 calls with nothing in flight: an unsent backup stayed counted in flight")
+	}
+}
+
 // hangingRegistry is a registry whose Watch never answers, as one that is
 // unreachable behind a silent network.
 type hangingRegistry struct{ registry.Registry }

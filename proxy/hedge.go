@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/dabbrpc/dabb/balancer"
@@ -20,19 +21,32 @@ type hedgeResult struct {
 
 // hedged makes an idempotent call with a backup attempt: the first goes to
 // the balancer's pick; if it has not answered after call.Hedge (or failed
-// already), a second goes to another instance. The first success wins and
-// the other attempt is cancelled, which sends the cancel event to its
-// server. Only the winner's reply is decoded into call.Resp.
+// already, in a way that may be retried), a second goes to another
+// instance. The backup counts as a retry: it needs MaxAttempts of 2 or
+// more and draws on the retry budget. The first success wins and the other
+// attempt is cancelled, which sends the cancel event to its server. Only
+// the winner's reply is decoded into call.Resp.
+//
+// The request is marshaled once, here, and both attempts read only a
+// private copy of the call: the loser may still be on its way (waiting for
+// a connection, writing) after hedged returns, when Invoke has recycled
+// call and the caller owns its request and attachments again.
 func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error {
+	payload, err := call.codec.Marshal(nil, call.Req)
+	if err != nil {
+		return encodeError(call, err)
+	}
+	shared := &Call{Service: call.Service, Method: call.Method, Idempotent: true, Deadline: call.Deadline,
+		Attachments: maps.Clone(call.Attachments), codec: call.codec, payload: payload}
 	results := make(chan hedgeResult, 2)
 	ctx, cancel := context.WithCancel(ctx) // ends the loser
 	defer cancel()
 	launch := func(in registry.Instance, done balancer.Done) {
 		go func() {
 			var resp *protocol.Message
-			err := c.guarded(call, in.Addr, done, func(start time.Time) error {
+			err := c.guarded(shared, in.Addr, done, func(start time.Time) error {
 				var err error
-				resp, err = c.exchange(ctx, call, in.Addr, start)
+				resp, err = c.exchange(ctx, shared, in.Addr, start)
 				return err
 			})
 			results <- hedgeResult{resp, err, in.Addr}
@@ -46,14 +60,27 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 	call.Attempt = 1
 	launch(first, done)
 	outstanding, hedgedYet := 1, false
-	hedge := func() {
+	// hedge sends the backup, after the first attempt failed with failed,
+	// or (nil) when it has not answered in time.
+	hedge := func(failed error) {
 		hedgedYet = true
+		status := protocol.StatusServerTimeout
+		if failed != nil {
+			if !c.retryable(ctx, call, failed, 1, &c.opts.retry) {
+				return
+			}
+			status = protocol.StatusOf(failed)
+		} else if c.opts.retry.MaxAttempts < 2 || time.Until(call.Deadline) < time.Millisecond || !c.budget.withdraw() {
+			return
+		}
+		// Picked last: a pick whose attempt never starts would stay
+		// counted in flight by the balancer.
 		in, done, err := st.bal.PickExcept(ctx, call.HashKey, []string{first.Addr})
-		if err != nil || time.Until(call.Deadline) < time.Millisecond {
+		if err != nil {
 			return // nowhere else to go: wait for the first
 		}
 		if c.opts.observer != nil {
-			c.opts.observer.Retried(call.Service, call.Method, protocol.StatusServerTimeout)
+			c.opts.observer.Retried(call.Service, call.Method, status)
 		}
 		call.Attempt = 2
 		outstanding++
@@ -80,12 +107,12 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 			}
 			lastErr = r.err
 			call.Addr = r.addr
-			if !hedgedYet && classify(r.err) != fatal {
-				hedge() // the first failed early: try the backup now
+			if !hedgedYet {
+				hedge(r.err) // the first failed early: try the backup now, if that failure may be retried
 			}
 		case <-timer.C:
 			if !hedgedYet {
-				hedge()
+				hedge(nil)
 			}
 		}
 	}
