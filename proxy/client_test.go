@@ -636,6 +636,33 @@ func TestHedgeLeavesNothingInFlight(t *testing.T) {
 	}
 }
 
+// TestOversizedRequestKeepsBreakersClosed: a request over the server's
+// MaxBody is the caller's fault. It fails with status 40 and is not
+// retried, and it counts against no instance: other callers keep calling.
+func TestOversizedRequestKeepsBreakersClosed(t *testing.T) {
+	s1, s2 := &seen{}, &seen{}
+	a1 := serve(t, s1, 0, transport.ServerConfig{MaxBody: 1024})
+	a2 := serve(t, s2, 0, transport.ServerConfig{MaxBody: 1024})
+	c := client(t, []string{a1, a2}, proxy.WithBreaker(proxy.BreakerConfig{ConsecutiveFailures: 3}))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	big := &pb.StockRequest{Sku: strings.Repeat("x", 4096)}
+	for i := range 4 {
+		err := c.Invoke(ctx, service, "M", big, new(pb.StockReply), proxy.Idempotent())
+		if got := protocol.StatusOf(err); got != protocol.StatusBadRequest {
+			t.Fatalf("oversized call %d: status %d (%v), want 40", i, got, err)
+		}
+	}
+	for _, a := range []string{a1, a2} {
+		if st := c.BreakerState(a); st != "closed" {
+			t.Errorf("breaker of %s is %s after oversized requests, want closed", a, st)
+		}
+	}
+	if _, err := invoke(ctx, c); err != nil {
+		t.Fatalf("a well-formed call after the oversized ones: %v", err)
+	}
+}
+
 // hangingRegistry is a registry whose Watch never answers, as one that is
 // unreachable behind a silent network.
 type hangingRegistry struct{ registry.Registry }

@@ -78,7 +78,10 @@ type Config struct {
 	// Default 60s.
 	HeartbeatInterval time.Duration
 	// MaxBody limits the body of a response; a larger one closes the
-	// connection. Default protocol.DefaultMaxBody.
+	// connection. It also bounds the payload of a request: a larger one
+	// fails at once, not sent (status 90, wrapping
+	// protocol.ErrBodyTooLarge), as the peer's default limit would refuse
+	// it. Default protocol.DefaultMaxBody.
 	MaxBody uint32
 	// Dial opens a connection. Default: a net.Dialer over TCP.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
@@ -189,6 +192,10 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 	if f := req.Header.Flags(); !f.IsRequest() || f.IsEvent() {
 		return nil, notSent(protocol.StatusClientError,
 			fmt.Sprintf("flags %#02x: a call needs FlagRequest and no FlagEvent", byte(f)), nil)
+	}
+	if n := len(req.Payload); uint64(n) > uint64(p.cfg.MaxBody) {
+		return nil, notSent(protocol.StatusClientError,
+			fmt.Sprintf("request payload of %d bytes is over MaxBody (%d)", n, p.cfg.MaxBody), protocol.ErrBodyTooLarge)
 	}
 	// start stays zero on the fast path: a ready connection writes at
 	// once, and the budget is req.Timeout whole. Waiting for a connection

@@ -149,9 +149,53 @@ func TestBigPayload(t *testing.T) {
 	}
 	p.Release(resp)
 
-	t.Run("response over the client limit", func(t *testing.T) {
+	t.Run("request over the client limit", func(t *testing.T) {
 		small := newPool(t, Config{MaxBody: 1 << 10})
 		_, err := small.RoundTrip(testCtx(t), ts.addr, newRequest(strings.Repeat("x", 4<<10)))
+		wantStatus(t, err, protocol.StatusClientError, false, true)
+		if !errors.Is(err, protocol.ErrBodyTooLarge) {
+			t.Errorf("err = %v, want it to wrap protocol.ErrBodyTooLarge", err)
+		}
+	})
+
+	t.Run("request over the server limit", func(t *testing.T) {
+		// The client allows what the server refuses: the server drops the
+		// body and answers 40 on the same connection.
+		var dials atomic.Int32
+		big := newPool(t, Config{ConnsPerAddr: 1, Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			dials.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}})
+		over := bytes.Repeat([]byte("x"), limit+1)
+		for range 2 {
+			_, err := big.RoundTrip(testCtx(t), ts.addr, newRequest(string(over)))
+			pe := wantStatus(t, err, protocol.StatusBadRequest, true, false)
+			if !strings.Contains(pe.Msg, "body too large") {
+				t.Errorf("status 40 says %q, want it to name the body's size", pe.Msg)
+			}
+			resp, err := big.RoundTrip(testCtx(t), ts.addr, newRequest("next"))
+			if err != nil {
+				t.Fatalf("RoundTrip after the oversized request: %v", err)
+			}
+			if string(resp.Payload) != "next" {
+				t.Errorf("payload = %q", resp.Payload)
+			}
+			big.Release(resp)
+		}
+		// One connection for requests of LargeMessage or more, one for the
+		// others, each dialed once.
+		if n := dials.Load(); n != 2 {
+			t.Errorf("the pool dialed %d times, want 2: the oversized requests cost their connection", n)
+		}
+	})
+
+	t.Run("response over the client limit", func(t *testing.T) {
+		bigReply := startServer(t, HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
+			resp.Payload = append(resp.Payload[:0], strings.Repeat("x", 4<<10)...)
+		}), ServerConfig{})
+		small := newPool(t, Config{MaxBody: 1 << 10})
+		_, err := small.RoundTrip(testCtx(t), bigReply.addr, newRequest("small"))
 		wantStatus(t, err, protocol.StatusChannelInactive, false, false)
 		if !errors.Is(err, protocol.ErrBodyTooLarge) {
 			t.Errorf("err = %v, want it to wrap protocol.ErrBodyTooLarge", err)

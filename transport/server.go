@@ -60,8 +60,10 @@ type ServerConfig struct {
 	// server; a request over it is answered with status 100 at once,
 	// never queued. Default 10000.
 	MaxConcurrent int
-	// MaxBody limits a request's body; a larger one closes the
-	// connection. Default protocol.DefaultMaxBody.
+	// MaxBody limits a request's body. A larger request is read and
+	// dropped and answered with status 40 (the connection stays), unless
+	// it claims more than 64 MiB, which closes the connection. Default
+	// protocol.DefaultMaxBody.
 	MaxBody uint32
 	// HeartbeatInterval: a connection that read nothing for this long
 	// sends a heartbeat; one silent for 3 intervals is closed.
@@ -631,7 +633,8 @@ func (sc *serverConn) serve() {
 	if sc.drained {
 		_ = sc.w.writeEvent(eventReadOnly, sc.nextID.Add(1))
 	}
-	rd := protocol.NewReader(bufio.NewReaderSize(sc.nc, readBufferSize), s.cfg.MaxBody)
+	br := bufio.NewReaderSize(sc.nc, readBufferSize)
+	rd := protocol.NewReader(br, s.cfg.MaxBody)
 	for {
 		call := serverCallPool.Get().(*serverCall)
 		err := rd.Read(&call.req)
@@ -642,6 +645,10 @@ func (sc *serverConn) serve() {
 				if call.req.Header.Flags().IsTwoWay() {
 					sc.answer(&call.req, protocol.StatusBadRequest, []byte(err.Error()))
 				}
+				putServerCall(call)
+				continue
+			}
+			if errors.Is(err, protocol.ErrBodyTooLarge) && sc.skipBody(br, &call.req, err) {
 				putServerCall(call)
 				continue
 			}
@@ -667,6 +674,34 @@ func (sc *serverConn) serve() {
 			sc.dispatch(call)
 		}
 	}
+}
+
+// maxSkipped is the largest body over MaxBody the server reads and drops
+// to answer its request with status 40; a frame claiming more closes the
+// connection.
+const maxSkipped = 64 << 20
+
+// skipBody drops the body of a frame whose header said it was larger than
+// MaxBody and answers a two-way request with status 40, keeping the
+// connection: the other calls on it, and the instance's standing with its
+// clients' breakers, do not suffer for one oversized request. It reports
+// false when the connection must close: a claim over maxSkipped, or the
+// body could not be read.
+func (sc *serverConn) skipBody(br *bufio.Reader, req *protocol.Message, tooLarge error) bool {
+	n := req.Header.BodyLen()
+	if n > maxSkipped {
+		return false
+	}
+	if _, err := br.Discard(int(n)); err != nil {
+		return false
+	}
+	sc.live.reads.Add(1)
+	f := req.Header.Flags()
+	sc.s.log.Info("transport: request body over MaxBody; dropped it", "remote", sc.nc.RemoteAddr(), "err", tooLarge)
+	if f.IsRequest() && f.IsTwoWay() && !f.IsEvent() {
+		sc.answer(req, protocol.StatusBadRequest, []byte(tooLarge.Error()))
+	}
+	return true
 }
 
 func (sc *serverConn) logReadError(err error) {
