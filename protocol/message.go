@@ -370,7 +370,10 @@ func (m *Message) decodeBody(b []byte, intern func([]byte) string) error {
 			continue
 		}
 		if m.Attachments == nil {
-			m.Attachments = make(map[string]string, count)
+			// count is the peer's word: a hint of at most 8, so a frame
+			// that claims millions of empty pairs cannot make the map
+			// reserve for them.
+			m.Attachments = make(map[string]string, min(count, 8))
 		}
 		m.Attachments[makeString(key, intern)] = string(val)
 	}
