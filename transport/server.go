@@ -317,6 +317,9 @@ func (s *Server) stop(graceful bool) ([]*serverConn, bool) {
 		s.hard = true
 	}
 	for l, st := range s.listeners {
+		if graceful && st.drain {
+			continue // a first Shutdown's drain owns it and closes it
+		}
 		if dl, ok := l.(deadliner); ok && graceful && first {
 			st.drain = true
 			s.drains.Add(1)
@@ -400,6 +403,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for s.active.Load() != 0 {
 		select {
 		case <-s.idle:
+			// release signals once; pass it on to any other Shutdown
+			// waiting here.
+			if s.active.Load() == 0 {
+				select {
+				case s.idle <- struct{}{}:
+				default:
+				}
+			}
 		case <-ctx.Done():
 			s.closeAll()
 			return ctx.Err()

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -476,5 +478,58 @@ func TestShutdownDrainsAcceptQueue(t *testing.T) {
 	}
 	if n := ran.Load(); n != 0 {
 		t.Errorf("the handler ran %d times during Shutdown, want 0", n)
+	}
+}
+
+// TestConcurrentShutdowns: two Shutdowns waiting for the same handler
+// both return once it does (the idle signal reaches both).
+func TestConcurrentShutdowns(t *testing.T) {
+	bs := startBlockingServer(t, ServerConfig{ShutdownLinger: 50 * time.Millisecond})
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	called := make(chan struct{})
+	go func() {
+		defer close(called)
+		if resp, err := p.RoundTrip(context.Background(), bs.addr, newRequest("x")); err == nil {
+			p.Release(resp)
+		}
+	}()
+	waitFor(t, bs.entered, "the handler")
+	errc := make(chan error, 2)
+	for range 2 {
+		go func() { errc <- bs.srv.Shutdown(testCtx(t)) }()
+	}
+	waitBlockedIn(t, "transport.(*Server).Shutdown", 2)
+	close(bs.release)
+	for range 2 {
+		if err := waitFor(t, errc, "a Shutdown to return"); err != nil {
+			t.Errorf("Shutdown = %v, want nil: the only handler returned", err)
+		}
+	}
+	<-called
+}
+
+// waitBlockedIn waits until n goroutines are blocked in a select or on a
+// channel inside fn (read from the goroutine dump: there is no event to
+// await for "parked").
+func waitBlockedIn(t *testing.T, fn string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(defaultTestTimeout)
+	buf := make([]byte, 1<<20)
+	for {
+		dump := string(buf[:runtime.Stack(buf, true)])
+		got := 0
+		for _, g := range strings.Split(dump, "\n\n") {
+			first, _, _ := strings.Cut(g, "\n")
+			if (strings.Contains(first, "[select") || strings.Contains(first, "[chan receive")) && strings.Contains(g, fn) {
+				got++
+			}
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines blocked in %s, want %d", got, fn, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
