@@ -242,7 +242,7 @@ func (c *clientConn) pendingLen() int {
 // to its caller.
 func (c *clientConn) readLoop() {
 	defer c.ep.p.wg.Done()
-	rd := protocol.NewReader(bufio.NewReaderSize(c.nc, readBufferSize), c.ep.p.cfg.MaxBody)
+	rd := protocol.NewReader(bufio.NewReaderSize(c.live.source(c.nc), readBufferSize), c.ep.p.cfg.MaxBody)
 	for {
 		m := getMessage()
 		if err := rd.Read(m); err != nil {
@@ -250,7 +250,6 @@ func (c *clientConn) readLoop() {
 			c.close(readError(c.ep.addr, err))
 			return
 		}
-		c.live.reads.Add(1)
 		f := m.Header.Flags()
 		if f.IsEvent() {
 			c.event(m)

@@ -644,7 +644,7 @@ func (sc *serverConn) serve() {
 	if sc.drained {
 		_ = sc.w.writeEvent(eventReadOnly, sc.nextID.Add(1))
 	}
-	br := bufio.NewReaderSize(sc.nc, readBufferSize)
+	br := bufio.NewReaderSize(sc.live.source(sc.nc), readBufferSize)
 	rd := protocol.NewReader(br, s.cfg.MaxBody)
 	for {
 		call := serverCallPool.Get().(*serverCall)
@@ -652,7 +652,6 @@ func (sc *serverConn) serve() {
 		if err != nil {
 			if errors.Is(err, protocol.ErrMalformed) {
 				// The frame was consumed whole: answer it and go on.
-				sc.live.reads.Add(1)
 				if call.req.Header.Flags().IsTwoWay() {
 					sc.answer(&call.req, protocol.StatusBadRequest, []byte(err.Error()))
 				}
@@ -667,7 +666,6 @@ func (sc *serverConn) serve() {
 			sc.logReadError(err)
 			return
 		}
-		sc.live.reads.Add(1)
 		req := &call.req
 		f := req.Header.Flags()
 		switch {
@@ -706,7 +704,6 @@ func (sc *serverConn) skipBody(br *bufio.Reader, req *protocol.Message, tooLarge
 	if _, err := br.Discard(int(n)); err != nil {
 		return false
 	}
-	sc.live.reads.Add(1)
 	f := req.Header.Flags()
 	sc.s.log.Info("transport: request body over MaxBody; dropped it", "remote", sc.nc.RemoteAddr(), "err", tooLarge)
 	if f.IsRequest() && f.IsTwoWay() && !f.IsEvent() {

@@ -501,3 +501,38 @@ func TestWireFormatOfResponse(t *testing.T) {
 		t.Errorf("body length %d", binary.BigEndian.Uint32(got[12:16]))
 	}
 }
+
+// TestSlowLargeRequestIsNotSilence: a client sending one large request
+// slowly, over more than three heartbeat intervals, is making progress:
+// the server reads it whole and answers instead of closing the connection
+// as silent.
+func TestSlowLargeRequestIsNotSilence(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	ts := startServer(t, echo, ServerConfig{HeartbeatInterval: interval})
+	c := dialRaw(t, ts.addr)
+	frames := readFrames(c)
+	req := newRequest(strings.Repeat("z", 64<<10))
+	req.Header.SetID(7)
+	frame := protocol.AppendMessage(nil, req)
+	const pieces = 10 // one every interval/2: 5 intervals in all, silence is 3
+	step := (len(frame) + pieces - 1) / pieces
+	for b := frame; len(b) > 0; b = b[min(step, len(b)):] {
+		if _, err := c.Write(b[:min(step, len(b))]); err != nil {
+			t.Fatalf("write: %v (the server closed the connection)", err)
+		}
+		time.Sleep(interval / 2) // the slow sender under test, not a synchronisation
+	}
+	for {
+		m := nextFrameOrEOF(t, frames, "the response")
+		if m == nil {
+			t.Fatal("the server closed the connection instead of answering")
+		}
+		if m.IsHeartbeat() {
+			continue // the server's own heartbeats while it waited
+		}
+		if m.Header.ID() != 7 || len(m.Payload) != 64<<10 {
+			t.Fatalf("got id %d with %d bytes, want the echo of request 7", m.Header.ID(), len(m.Payload))
+		}
+		return
+	}
+}

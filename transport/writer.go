@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"io"
 	"net"
 	"runtime"
 	"sync"
@@ -36,8 +37,12 @@ import (
 // The price is that a flusher may be kept busy writing frames of other
 // goroutines, and is blocked while the socket's send buffer is full. Only
 // the flusher can be blocked: everyone else returns at once. A write that
-// makes no progress for two heartbeat intervals closes the connection (see
-// stalled), which releases it.
+// has not completed after two heartbeat intervals closes the connection
+// (see stalled), which releases it. That cannot tell a peer that stopped
+// reading from a link too slow for one frame within two intervals: with
+// the default interval of 60 s an 8 MiB frame needs ~70 KB/s; a client
+// that sets a short interval must allow for its largest frames. (Reading
+// has no such limit: any data read counts as life, see liveness.)
 type frameWriter struct {
 	nc net.Conn
 	// onError is called once, by the flusher whose write failed, without
@@ -330,9 +335,12 @@ func (w *frameWriter) stalled() bool {
 
 // liveness watches one connection from its heartbeat timer, which ticks
 // once per heartbeat interval. It costs the hot path a single atomic add
-// per frame read: no clock reads, no per-call timers.
+// per read from the socket: no clock reads, no per-call timers.
 type liveness struct {
-	reads atomic.Uint64 // frames read; bumped by the reader goroutine
+	// reads counts the reads from the socket that returned data, bumped
+	// by the reader goroutine through source. Reads, not frames: a peer
+	// slowly sending one large frame is making progress, not silent.
+	reads atomic.Uint64
 
 	mu     sync.Mutex // guards the fields below (a blocked tick may overlap the next)
 	seen   uint64     // reads at the previous tick
@@ -340,9 +348,25 @@ type liveness struct {
 	stuck  int        // consecutive ticks with one write in progress
 }
 
+// source returns r counting its reads in l.
+func (l *liveness) source(r io.Reader) io.Reader { return &countingReader{r, &l.reads} }
+
+type countingReader struct {
+	r io.Reader
+	n *atomic.Uint64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.n.Add(1)
+	}
+	return n, err
+}
+
 // Thresholds, in heartbeat intervals.
 const (
-	// silentTicks ticks without a frame read close the connection: the
+	// silentTicks ticks without a byte read close the connection: the
 	// peer has been silent for 3 intervals (it did not even answer our
 	// heartbeats).
 	silentTicks = 3
