@@ -905,15 +905,29 @@ func (sc *serverConn) cancelCall(id uint64) {
 // client cancelled before it started does not run, and the response of a
 // cancelled call is not written: nobody waits for it.
 func (call *serverCall) run() {
+	// Deferred, so a handler that ends its goroutine (runtime.Goexit, as
+	// t.FailNow does) still gets its answer written and its slot back.
+	defer call.finish()
+	s := call.sc.s
+	req := &call.req
+	if req.Header.Flags().IsTwoWay() || req.Timeout > 0 {
+		if !call.cancelled.Load() {
+			s.invoke(call.ctx, req, &call.resp)
+		}
+	} else {
+		s.invoke(s.base, req, &call.resp)
+	}
+}
+
+// finish ends a call after its handler: it writes the response, releases
+// the MaxConcurrent slot and pools the call.
+func (call *serverCall) finish() {
 	sc := call.sc
 	s := sc.s
 	req, resp := &call.req, &call.resp
 	twoWay := req.Header.Flags().IsTwoWay()
 	expired := false
 	if ctx := call.ctx; twoWay || req.Timeout > 0 {
-		if !call.cancelled.Load() {
-			s.invoke(ctx, req, resp)
-		}
 		expired = !ctx.deadline.IsZero() && !time.Now().Before(ctx.deadline)
 		if twoWay {
 			sc.callsMu.Lock()
@@ -923,8 +937,6 @@ func (call *serverCall) run() {
 			sc.callsMu.Unlock()
 		}
 		ctx.cancel(context.Canceled)
-	} else {
-		s.invoke(s.base, req, resp)
 	}
 	// No response goes to a caller that gave up (the cancel event), nor
 	// to one whose budget ran out while the handler ran: its own deadline
@@ -944,18 +956,29 @@ func (call *serverCall) run() {
 	putServerCall(call)
 }
 
-// invoke calls the handler, turning a panic into status 70 for this call.
+// invoke calls the handler, turning a panic, or a handler that ends its
+// goroutine with runtime.Goexit, into status 70 for this call.
 func (s *Server) invoke(ctx context.Context, req, resp *protocol.Message) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
+		v := recover()
+		if v == nil && returned {
+			return
+		}
+		msg := fmt.Sprintf("handler panic: %v", v)
+		if v == nil {
+			msg = "handler exited its goroutine (runtime.Goexit) without returning"
+			s.log.Error("transport: "+msg, "service", req.Service, "method", req.Method)
+		} else {
 			s.log.Error("transport: handler panic", "service", req.Service, "method", req.Method,
 				"panic", v, "stack", string(debug.Stack()))
-			resp.Reset()
-			resp.Header.SetStatus(protocol.StatusServiceError)
-			resp.Payload = fmt.Appendf(nil, "handler panic: %v", v)
 		}
+		resp.Reset()
+		resp.Header.SetStatus(protocol.StatusServiceError)
+		resp.Payload = append(resp.Payload, msg...)
 	}()
 	s.h.ServeRPC(ctx, req, resp)
+	returned = true
 }
 
 // handlerCtx is a handler's context when its request is two-way or came

@@ -536,3 +536,29 @@ func TestSlowLargeRequestIsNotSilence(t *testing.T) {
 		return
 	}
 }
+
+// TestHandlerGoexit: a handler that ends its goroutine (runtime.Goexit, as
+// t.FailNow does) is answered 70 like a panic, and gives its
+// MaxConcurrent slot back: the next call runs and Shutdown does not wait
+// for it.
+func TestHandlerGoexit(t *testing.T) {
+	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		if string(req.Payload) == "goexit" {
+			runtime.Goexit()
+		}
+		echo(ctx, req, resp)
+	}), ServerConfig{MaxConcurrent: 1})
+	p := newPool(t, Config{})
+	_, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("goexit"))
+	if pe := wantStatus(t, err, protocol.StatusServiceError, true, false); !strings.Contains(pe.Msg, "Goexit") {
+		t.Errorf("status 70 says %q, want it to name runtime.Goexit", pe.Msg)
+	}
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("after"))
+	if err != nil {
+		t.Fatalf("the call after the Goexit: %v (its slot was not released?)", err)
+	}
+	p.Release(resp)
+	if err := ts.srv.Shutdown(testCtx(t)); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
