@@ -25,6 +25,10 @@ const (
 // one of these names would be shadowed.
 var localNames = []string{"c", "ctx", "dec", "err", "impl", "req", "resp", "s", "srv"}
 
+// usedBuiltins are the predeclared identifiers the generated code uses; a
+// package-level declaration of one would hide it.
+var usedBuiltins = []string{"any", "error", "new", "nil", "true"}
+
 // generator accumulates one output file.
 type generator struct {
 	buf     bytes.Buffer
@@ -80,9 +84,26 @@ func declared(svcs []*service) [][2]string {
 }
 
 // checkNames fails when a generated name is declared twice, by the package
-// or by the services of this run.
+// or by the services of this run, and when a package-level name would
+// change what the generated code means: one hiding a builtin it uses, or a
+// message type named like one of its variables.
 func checkNames(pkg *pkgInfo, svcs []*service) error {
 	var errs errList
+	for _, n := range usedBuiltins {
+		if pos, ok := pkg.scope[n]; ok {
+			errs.add(posErr(pos, "%s: hides Go's builtin %s, which the generated code uses; rename it", n, n))
+		}
+	}
+	for _, s := range svcs {
+		for _, m := range s.methods {
+			for _, t := range []typeRef{m.req, m.resp} {
+				if pos, ok := pkg.scope[t.name]; ok && t.path == pkg.path && slices.Contains(localNames, t.name) {
+					errs.add(posErr(pos, "type %s: message of %s.%s, named like a variable of the generated code (%s); rename it",
+						t.name, s.iface, m.name, strings.Join(localNames, ", ")))
+				}
+			}
+		}
+	}
 	seen := map[string]string{}
 	for _, d := range declared(svcs) {
 		iface, n := d[0], d[1]
@@ -107,6 +128,21 @@ func emit(pkg *pkgInfo, svcs []*service) ([]byte, error) {
 		}
 	}
 	g.Printf("%s// Source: %s\n\n", generatedHeader, strings.Join(files, ", "))
+	// The declarations it refers to build only where their files do.
+	var builds []string
+	for _, f := range files {
+		if b := pkg.builds[f]; b != "" && !slices.Contains(builds, b) {
+			builds = append(builds, b)
+		}
+	}
+	if len(builds) > 1 {
+		for i, b := range builds {
+			builds[i] = "(" + b + ")"
+		}
+	}
+	if len(builds) > 0 {
+		g.Printf("//go:build %s\n\n", strings.Join(builds, " && "))
+	}
 	g.Printf("package %s\n\n", pkg.name)
 	g.imports.print(g)
 	g.Printf("// This file requires a dabb runtime that supports generated code version 1.\n")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"go/ast"
+	"go/build/constraint"
 	"go/doc"
 	"go/parser"
 	"go/token"
@@ -45,6 +46,9 @@ type pkgInfo struct {
 	// their imports, by import path; the generated file reuses them when it
 	// can.
 	aliases map[string]string
+	// builds holds the //go:build expression of each file that has one,
+	// by base name: the generated file carries its interfaces' files'.
+	builds map[string]string
 }
 
 // service is one interface to generate code for.
@@ -141,9 +145,23 @@ func loadPackage(cfg config) (*loader, *pkgInfo, error) {
 		dir:     abs,
 		scope:   map[string]token.Position{},
 		aliases: map[string]string{},
+		builds:  map[string]string{},
 	}
 	for _, n := range l.root.Types.Scope().Names() {
 		info.scope[n] = l.root.Fset.Position(l.root.Types.Scope().Lookup(n).Pos())
+	}
+	for _, f := range l.root.Syntax {
+		for _, g := range f.Comments {
+			if g.End() >= f.Package {
+				break
+			}
+			for _, c := range g.List {
+				if constraint.IsGoBuild(c.Text) {
+					name := filepath.Base(l.root.Fset.Position(f.Package).Filename)
+					info.builds[name] = strings.TrimSpace(strings.TrimPrefix(c.Text, "//go:build"))
+				}
+			}
+		}
 	}
 	return l, info, nil
 }

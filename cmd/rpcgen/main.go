@@ -63,7 +63,9 @@
 //	         relative name is relative to the working directory).
 //	-dir     directory of the package to read; default "." (the package
 //	         of the file go generate runs for; $GOFILE is not needed)
-//	-tags    comma-separated build tags to apply when loading the package
+//	-tags    comma-separated build tags to apply when loading the package.
+//	         The generated file carries the //go:build line of the files
+//	         declaring its interfaces, so it builds exactly where they do.
 //
 // Rpcgen reads the package with the go command, so run it inside the module
 // that holds the package. It ignores files it wrote earlier, so a stale stub
@@ -198,12 +200,17 @@ func generate(cfg config, output string) ([]outFile, error) {
 		return []outFile{{path: output, src: src}}, nil
 	}
 	var files []outFile
+	written := map[string]string{}
 	for _, s := range svcs {
+		name := strings.ToLower(s.iface) + "_dabb.go"
+		if other, ok := written[name]; ok {
+			return nil, fmt.Errorf("rpcgen: types %s and %s would both be written to %s; generate them into one file with -output", other, s.iface, name)
+		}
+		written[name] = s.iface
 		src, err := emit(pkg, []*service{s})
 		if err != nil {
 			return nil, err
 		}
-		name := strings.ToLower(s.iface) + "_dabb.go"
 		files = append(files, outFile{path: filepath.Join(pkg.dir, name), src: src})
 	}
 	return files, nil

@@ -256,3 +256,101 @@ type Extra interface {
 		t.Error(err)
 	}
 }
+
+// smallModule writes a module of its own with the given files.
+func smallModule(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "go.mod"), "module example.com/small\n\ngo 1.26\n")
+	for name, src := range files {
+		writeFile(t, filepath.Join(dir, name), src)
+	}
+	return dir
+}
+
+// TestNamesTheOutputWouldMisread: a package-level declaration hiding a
+// builtin the generated code uses, and a message type named like one of
+// its variables, are refused (the output would not compile, or would mean
+// something else).
+func TestNamesTheOutputWouldMisread(t *testing.T) {
+	dir := smallModule(t, map[string]string{"svc.go": `package small
+
+import "context"
+
+type srv struct{}
+
+type Resp struct{}
+
+func new() {}
+
+type Svc interface {
+	M(ctx context.Context, req *srv) (*Resp, error)
+}
+`})
+	_, err := generate(config{dir: dir, types: []string{"Svc"}}, "")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		"svc.go:9: rpcgen: new: hides Go's builtin new, which the generated code uses; rename it",
+		"svc.go:5: rpcgen: type srv: message of Svc.M, named like a variable of the generated code",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+// TestBuildConstraintCarried: the generated file builds under the same
+// constraint as the file declaring its interface, so a build without the
+// tag does not see code referring to declarations that are not there.
+func TestBuildConstraintCarried(t *testing.T) {
+	dir := smallModule(t, map[string]string{
+		"svc.go": `//go:build extra
+
+package small
+
+import "context"
+
+type Req struct{}
+
+type Svc interface {
+	M(ctx context.Context, req *Req) (*Req, error)
+}
+`,
+		"plain.go": "package small\n",
+	})
+	files, err := generate(config{dir: dir, types: []string{"Svc"}, tags: []string{"extra"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 || !bytes.Contains(files[0].src, []byte("\n//go:build extra\n\npackage small\n")) {
+		t.Errorf("generated file lacks the constraint:\n%.300s", files[0].src)
+	}
+}
+
+// TestOutputFilesDistinct: two interfaces whose names differ only in case
+// would go to one file; rpcgen refuses rather than keep one of them.
+func TestOutputFilesDistinct(t *testing.T) {
+	dir := smallModule(t, map[string]string{"svc.go": `package small
+
+import "context"
+
+type Req struct{}
+
+type Api interface {
+	M(ctx context.Context, req *Req) (*Req, error)
+}
+
+type API interface {
+	N(ctx context.Context, req *Req) (*Req, error)
+}
+`})
+	_, err := generate(config{dir: dir, types: []string{"Api", "API"}}, "")
+	if err == nil || !strings.Contains(err.Error(), "types Api and API would both be written to api_dabb.go") {
+		t.Fatalf("err = %v, want the two types named", err)
+	}
+	if _, err := generate(config{dir: dir, types: []string{"Api", "API"}}, filepath.Join(dir, "both.go")); err != nil {
+		t.Fatalf("into one file with -output: %v", err)
+	}
+}
