@@ -489,9 +489,59 @@ func (r *Registry) Deregister(ctx context.Context, in registry.Instance) error {
 	key := r.key(in)
 	delete(r.registered, key)
 	if _, err := r.cli.Delete(ctx, key); err != nil {
-		return fmt.Errorf("etcd: deregister %s/%s: %w", in.Service, in.ID, err)
+		// The key stays on the lease the keeper renews: delete it when
+		// etcd answers again, or clients keep calling an instance that
+		// has left.
+		r.deleteLater(key)
+		return fmt.Errorf("etcd: deregister %s/%s (retrying in the background until etcd answers): %w", in.Service, in.ID, err)
 	}
 	return nil
+}
+
+// deleteLater deletes key in the background, retrying with backoff until
+// etcd answers, the key is registered again, or Close (which revokes the
+// lease, and so deletes it anyway).
+func (r *Registry) deleteLater(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.wg.Go(func() {
+		delay := 100 * time.Millisecond
+		for {
+			t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+			select {
+			case <-t.C:
+			case <-r.ctx.Done():
+				t.Stop()
+				return
+			}
+			if r.tryDelete(key) {
+				return
+			}
+			delay = min(2*delay, time.Second)
+		}
+	})
+}
+
+// tryDelete makes one attempt of deleteLater; it reports whether nothing
+// is left to do.
+func (r *Registry) tryDelete(key string) bool {
+	ctx, cancel := r.callContext(r.ctx)
+	defer cancel()
+	if err := r.acquire(ctx); err != nil {
+		return r.ctx.Err() != nil
+	}
+	defer r.release()
+	if _, again := r.registered[key]; again {
+		return true
+	}
+	_, err := r.cli.Delete(ctx, key)
+	if err == nil {
+		r.log.Info("deregistered key deleted after etcd came back", "key", key)
+	}
+	return err == nil || r.ctx.Err() != nil
 }
 
 // Close ends every watch, revokes the lease (which deletes the registered

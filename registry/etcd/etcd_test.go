@@ -552,3 +552,40 @@ func TestNewConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestDeregisterDuringOutage: a Deregister that fails because etcd is down
+// still takes the instance out once etcd is back; the key must not live
+// on the lease the registry keeps renewing.
+func TestDeregisterDuringOutage(t *testing.T) {
+	t.Parallel()
+	srv := etcdtest.Start(t)
+	r := newRegistry(t, srv, Config{TTL: 2 * time.Second, RequestTimeout: 500 * time.Millisecond})
+	svc := service(t)
+	in := registry.Instance{Service: svc, ID: "a", Addr: "127.0.0.1:1"}
+	if err := r.Register(ctxFor(t, 5*time.Second), in); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	if err := r.Deregister(ctxFor(t, 300*time.Millisecond), in); err == nil {
+		t.Fatal("Deregister succeeded with etcd down")
+	}
+	srv.Start(t)
+	cli := newClient(t, srv)
+	ctx := ctxFor(t, 20*time.Second)
+	resp, err := cli.Get(ctx, r.key(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return // already deleted
+	}
+	// Await the deletion as an event, from the revision just read.
+	for wr := range cli.Watch(ctx, r.key(in), clientv3.WithRev(resp.Header.Revision+1)) {
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return
+			}
+		}
+	}
+	t.Fatalf("the deregistered key was not deleted within 20s of etcd coming back: %v", ctx.Err())
+}
