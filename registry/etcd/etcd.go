@@ -180,10 +180,18 @@ func New(cfg Config) (*Registry, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
-		Username:    cfg.Username,
-		Password:    cfg.Password,
-		TLS:         cfg.TLS,
-		Logger:      zap.NewNop(),
+		// Pings on an idle connection: a host that died without closing
+		// it (power loss, a dropped route) leaves the channel READY, its
+		// watches silent and lease renewals unanswered until TCP gives up
+		// (~15 min). With pings it fails within seconds and the outage
+		// handling (stale cache, lease recovery) starts. etcd accepts
+		// pings every 5 s or more (--grpc-keepalive-min-time).
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		Username:             cfg.Username,
+		Password:             cfg.Password,
+		TLS:                  cfg.TLS,
+		Logger:               zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: backoff.Config{
 				BaseDelay:  100 * time.Millisecond,
