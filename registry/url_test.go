@@ -163,11 +163,16 @@ func TestEqualSets(t *testing.T) {
 		{"Metadata", []registry.Instance{a, b}, []registry.Instance{a, bOther}, false},
 		{"Length", []registry.Instance{a}, []registry.Instance{a, b}, false},
 		{"DuplicateIDs", []registry.Instance{a, a}, []registry.Instance{a, b}, false},
+		{"DuplicateIDsOnlyInSecond", []registry.Instance{a, b}, []registry.Instance{a, a}, false},
+		{"SameDuplicates", []registry.Instance{a, a}, []registry.Instance{a, a}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := registry.EqualSets(tt.x, tt.y); got != tt.want {
 				t.Fatalf("EqualSets = %v, want %v", got, tt.want)
+			}
+			if got := registry.EqualSets(tt.y, tt.x); got != tt.want {
+				t.Fatalf("EqualSets with the arguments swapped = %v, want %v", got, tt.want)
 			}
 		})
 	}

@@ -74,7 +74,7 @@ func EqualSets(a, b []Instance) bool {
 	for _, in := range a {
 		byID[in.ID] = in
 	}
-	if len(byID) != len(a) {
+	if len(byID) != len(a) || !distinctIDs(b) {
 		return equalSorted(a, b)
 	}
 	for _, in := range b {
@@ -82,6 +82,18 @@ func EqualSets(a, b []Instance) bool {
 		if !ok || !sameInstance(x, in) {
 			return false
 		}
+	}
+	return true
+}
+
+// distinctIDs reports whether no ID repeats in list.
+func distinctIDs(list []Instance) bool {
+	seen := make(map[string]struct{}, len(list))
+	for _, in := range list {
+		if _, dup := seen[in.ID]; dup {
+			return false
+		}
+		seen[in.ID] = struct{}{}
 	}
 	return true
 }
