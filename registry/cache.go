@@ -47,6 +47,9 @@ type CacheConfig struct {
 	EmptyProtection EmptyProtection
 	// SnapshotPath, when set, names a file holding the last known
 	// instances of every service, rewritten atomically on each change.
+	// Caches and processes may share one: each write keeps the services
+	// the writer does not follow as the file has them (two writes at the
+	// same instant can still lose one of them).
 	// A lookup that cannot reach the registry within InitialTimeout
 	// falls back to it, so a process can start during an outage.
 	SnapshotPath string

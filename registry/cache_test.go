@@ -465,6 +465,29 @@ func TestCacheSnapshot(t *testing.T) {
 	}
 }
 
+// TestSnapshotSharedPath: two caches (or processes) sharing a snapshot
+// file keep each other's services: each write takes the services it does
+// not follow from the file as it is then.
+func TestSnapshotSharedPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "registry.json")
+	st := static.New(inst("x.X", "1"), inst("y.Y", "1"))
+	defer st.Close()
+	cfg := registry.CacheConfig{SnapshotPath: path}
+	c1, c2 := newCache(t, st, cfg), newCache(t, st, cfg)
+	pushY := subscribe(t, c2, "y.Y")
+	expectPush(t, pushY, "1")
+	eventually(t, "c2 to save y.Y", func() bool { return strings.Contains(readFile(t, path), `"y.Y"`) })
+	pushX := subscribe(t, c1, "x.X")
+	expectPush(t, pushX, "1")
+	eventually(t, "c1 to save x.X", func() bool { return strings.Contains(readFile(t, path), `"x.X"`) })
+	mustRegister(t, st, inst("y.Y", "2"))
+	expectPush(t, pushY, "1,2")
+	eventually(t, "c2 to save y.Y's new list", func() bool { return strings.Contains(readFile(t, path), `"id": "2"`) })
+	if got := readFile(t, path); !strings.Contains(got, `"x.X"`) {
+		t.Fatalf("c2's write dropped x.X, which c1 saved:\n%s", got)
+	}
+}
+
 func readFile(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)

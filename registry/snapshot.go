@@ -25,8 +25,10 @@ type snapshotFile struct {
 }
 
 // snapshotStore holds the snapshot file's services in memory: read once,
-// at the first need, and written back whole on every change. Services the
-// process never looks up keep the entries they had in the file.
+// at the first need, and written back whole on every change. Before each
+// write the file is read again, and the services this store never saved
+// are taken as the file has them: another Cache or process sharing the
+// path keeps what it wrote (short of two writes at the same moment).
 type snapshotStore struct {
 	path string
 	log  *slog.Logger
@@ -34,7 +36,8 @@ type snapshotStore struct {
 	mu       sync.Mutex // guards following
 	loaded   bool
 	services map[string][]Instance
-	failing  bool // the last write failed (logged once)
+	mine     map[string]bool // services this store saved
+	failing  bool            // the last write failed (logged once)
 }
 
 // loadLocked reads the file once; a missing or unreadable file leaves an
@@ -75,6 +78,22 @@ func (s *snapshotStore) save(service string, ins []Instance) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.loadLocked()
+	if cur, err := readSnapshot(s.path); err == nil {
+		for svc := range s.services {
+			if _, ok := cur[svc]; !ok && !s.mine[svc] {
+				delete(s.services, svc)
+			}
+		}
+		for svc, list := range cur {
+			if !s.mine[svc] {
+				s.services[svc] = list
+			}
+		}
+	}
+	if s.mine == nil {
+		s.mine = make(map[string]bool)
+	}
+	s.mine[service] = true
 	if len(ins) == 0 {
 		delete(s.services, service)
 	} else {
