@@ -100,7 +100,14 @@ type Server struct {
 	base   context.Context // parent of every handler's ctx
 	cancel context.CancelFunc
 
-	active   atomic.Int64  // handlers holding a MaxConcurrent slot
+	// slots counts the requests holding a MaxConcurrent slot: taken in
+	// dispatch, given back before the response is written, so a caller
+	// that sends its next request as soon as it has the answer never
+	// finds its own finished call still counted.
+	slots atomic.Int64
+	// active counts the requests from dispatch until their response was
+	// handed to the writer; Shutdown waits for it to reach 0.
+	active   atomic.Int64
 	shutting atomic.Bool   // Shutdown or Close began
 	idle     chan struct{} // signalled when active drops to 0 while shutting
 	quit     chan struct{} // closed when Shutdown or Close begins
@@ -485,7 +492,7 @@ func (s *Server) closeAll() {
 	s.wg.Wait()
 }
 
-// release gives back a MaxConcurrent slot.
+// release ends a request counted by active.
 func (s *Server) release() {
 	if s.active.Add(-1) == 0 && s.shutting.Load() {
 		select {
@@ -736,12 +743,15 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		status, msg = protocol.StatusServerThreadpoolExhausted, msgShuttingDown
 	case req.Timeout < 0:
 		status, msg = protocol.StatusServerTimeout, msgBudgetSpent
-	case s.active.Add(1) > int64(s.cfg.MaxConcurrent):
-		s.release()
+	case s.slots.Add(1) > int64(s.cfg.MaxConcurrent):
+		s.slots.Add(-1)
 		status, msg = protocol.StatusServerThreadpoolExhausted, msgBusy
-	case s.shutting.Load(): // Shutdown began while the slot was taken
-		s.release()
-		status, msg = protocol.StatusServerThreadpoolExhausted, msgShuttingDown
+	default:
+		if s.active.Add(1); s.shutting.Load() { // Shutdown began meanwhile
+			s.slots.Add(-1)
+			s.release()
+			status, msg = protocol.StatusServerThreadpoolExhausted, msgShuttingDown
+		}
 	}
 	if status != 0 {
 		if twoWay {
@@ -901,7 +911,7 @@ func (sc *serverConn) cancelCall(id uint64) {
 }
 
 // run runs the handler and writes its response; it holds a MaxConcurrent
-// slot, released once the response is written. The handler of a call the
+// slot until the handler has returned. The handler of a call the
 // client cancelled before it started does not run, and the response of a
 // cancelled call is not written: nobody waits for it.
 func (call *serverCall) run() {
@@ -943,6 +953,7 @@ func (call *serverCall) finish() {
 	// was no later than ours, so it has reported a timeout already (31,
 	// "the server may have acted"), and an answer racing that report
 	// would make the outcome depend on which timer fired first.
+	s.slots.Add(-1)
 	if twoWay && !call.cancelled.Load() && !expired {
 		status := resp.Header.Status()
 		if status == 0 {

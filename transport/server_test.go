@@ -562,3 +562,18 @@ func TestHandlerGoexit(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 }
+
+// TestMaxConcurrentSequentialCaller: a caller that sends its next request
+// as soon as it has the answer never finds its finished call still holding
+// the only slot.
+func TestMaxConcurrentSequentialCaller(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{MaxConcurrent: 1})
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	for i := range 2000 {
+		resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("next"))
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		p.Release(resp)
+	}
+}
