@@ -439,14 +439,23 @@ func (r *Registry) recover(id clientv3.LeaseID) {
 		if attempt == 1 {
 			r.log.Warn("cannot register again yet, retrying until etcd answers", "err", err)
 		}
-		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
-		select {
-		case <-t.C:
-		case <-r.ctx.Done():
-			t.Stop()
+		if !r.pause(delay) {
 			return
 		}
 		delay = min(2*delay, maxDelay)
+	}
+}
+
+// pause waits a jittered delay (between half of it and all of it) before
+// a retry; false means Close came first.
+func (r *Registry) pause(delay time.Duration) bool {
+	t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.ctx.Done():
+		return false
 	}
 }
 
@@ -517,14 +526,7 @@ func (r *Registry) deleteLater(key string) {
 	}
 	r.wg.Go(func() {
 		delay := 100 * time.Millisecond
-		for {
-			t := time.NewTimer(delay/2 + rand.N(delay/2+1))
-			select {
-			case <-t.C:
-			case <-r.ctx.Done():
-				t.Stop()
-				return
-			}
+		for r.pause(delay) {
 			if r.tryDelete(key) {
 				return
 			}
