@@ -461,3 +461,40 @@ func TestConsistentHashEmptyKeyIsRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestConsistentHashWeightsAreShares: the ring follows the weights'
+// ratios, not their values: weight 1 everywhere is as even as the
+// default, and large weights keep their proportions.
+func TestConsistentHashWeightsAreShares(t *testing.T) {
+	keys := make([]string, 20000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user-%d", i)
+	}
+	shares := func(ins []registry.Instance) map[string]int {
+		b := newSeeded(t, ConsistentHash, Config{}, 1, &clock{})
+		b.Update(ins)
+		per := map[string]int{}
+		for _, k := range keys {
+			per[pick(t, b, k, 0).ID]++
+		}
+		return per
+	}
+	for _, tc := range []struct {
+		weights []int
+		want    float64 // i1's keys ÷ i0's
+	}{{[]int{1, 3}, 3}, {[]int{2000, 8000}, 4}, {[]int{100, 300}, 3}} {
+		per := shares(list(2, tc.weights...))
+		if r := float64(per["i1"]) / float64(per["i0"]); r < tc.want*0.75 || r > tc.want*1.3 {
+			t.Errorf("weights %v own %v: ratio %.2f, want about %v", tc.weights, per, r, tc.want)
+		}
+	}
+	ones := make([]int, 10)
+	for i := range ones {
+		ones[i] = 1
+	}
+	for id, n := range shares(list(10, ones...)) {
+		if n < 1000 || n > 3400 {
+			t.Errorf("with weight 1 everywhere %s owns %d of 20000 keys, want about 2000", id, n)
+		}
+	}
+}

@@ -10,8 +10,9 @@ import (
 
 const (
 	// vnodesPerDefault is the virtual nodes of an instance of the
-	// default weight; others get a proportional count, between 1 and
-	// maxVnodes.
+	// lightest weight in the list (of every instance when the weights are
+	// equal, whatever their value); heavier ones get a proportional count,
+	// at most maxVnodes (beyond a ratio of 16 the shares flatten).
 	vnodesPerDefault = 160
 	maxVnodes        = 16 * vnodesPerDefault
 	// ringProbe is how many ring steps a pick walks past skipped
@@ -54,22 +55,41 @@ func (r *ring) init(ins []registry.Instance, weights []uint64) {
 		return cmp.Compare(x.ID, y.ID)
 	})
 	r.owners = r.owners[:n]
+	var lo, hi uint64
+	for k, i := range r.owners {
+		if w := weights[i]; k == 0 {
+			lo, hi = w, w
+		} else {
+			lo, hi = min(lo, w), max(hi, w)
+		}
+	}
 	total := 0
 	for _, i := range r.owners {
-		total += vnodes(weights[i])
+		total += vnodes(weights[i], lo, hi)
 	}
 	r.entries = make([]uint64, 0, total)
 	for rank, i := range r.owners {
-		for v := range vnodes(weights[i]) {
+		for v := range vnodes(weights[i], lo, hi) {
 			r.entries = append(r.entries, vnodeHash(ins[i].Addr, v)&^rankMask|uint64(rank))
 		}
 	}
 	slices.Sort(r.entries)
 }
 
-// vnodes is the number of virtual nodes of an instance of weight w.
-func vnodes(w uint64) int {
-	c := (w*vnodesPerDefault + registry.DefaultWeight/2) / registry.DefaultWeight
+// vnodes is the number of virtual nodes of an instance of weight w in a
+// list whose weights range from lo to hi. Counts follow the weights'
+// ratios, not their values: weights are shares, so ten instances of weight
+// 1 get a ring as even as ten of weight 100 (160 nodes each), and 2000
+// against 8000 splits the keys 20/80. A count changes only when the
+// lightest (or, past the cap, the heaviest) weight of the list does, so
+// adding or removing an instance of other weights moves only its own keys.
+func vnodes(w, lo, hi uint64) int {
+	var c uint64
+	if hi*vnodesPerDefault <= lo*maxVnodes {
+		c = (w*vnodesPerDefault + lo/2) / lo
+	} else {
+		c = (w*maxVnodes + hi/2) / hi
+	}
 	return int(min(max(c, 1), maxVnodes))
 }
 
