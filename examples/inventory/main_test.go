@@ -59,17 +59,18 @@ func TestServerAndClientModes(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- runServer(srvCtx, &srvOut, config{addr: addr}) }()
 
+	// The client starts once the server listens (it says so): a client
+	// that found nobody would fail its calls, and its breaker would open.
+	select {
+	case <-srvOut.serving():
+	case err := <-done:
+		t.Fatalf("server ended before serving: %v\n%s", err, srvOut.String())
+	case <-ctx.Done():
+		t.Fatalf("the server never said it was serving:\n%s", srvOut.String())
+	}
 	var out strings.Builder
 	cfg := config{registry: "static://" + addr, calls: 500, workers: 8}
-	var cerr error
-	for range 100 { // the server may not listen yet
-		out.Reset()
-		if cerr = runClient(ctx, &out, cfg); cerr == nil || !strings.Contains(cerr.Error(), "connect") && !strings.Contains(out.String(), "refused") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if cerr != nil {
+	if cerr := runClient(ctx, &out, cfg); cerr != nil {
 		t.Fatalf("client: %v\n%s", cerr, out.String())
 	}
 	if !strings.Contains(out.String(), "0 failed") {
@@ -87,14 +88,27 @@ func TestServerAndClientModes(t *testing.T) {
 // syncBuilder is a strings.Builder safe for a writer and a reader in two
 // goroutines.
 type syncBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
+	mu   sync.Mutex
+	b    strings.Builder
+	up   chan struct{} // closed once "serving " was written
+	once sync.Once     // makes up
+	shut sync.Once     // closes up
 }
 
 func (s *syncBuilder) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if strings.Contains(string(p), "serving ") {
+		up := s.serving()
+		s.shut.Do(func() { close(up) })
+	}
 	return s.b.Write(p)
+}
+
+// serving returns a channel closed once the server said it is serving.
+func (s *syncBuilder) serving() chan struct{} {
+	s.once.Do(func() { s.up = make(chan struct{}) })
+	return s.up
 }
 
 func (s *syncBuilder) String() string {
