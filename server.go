@@ -74,9 +74,20 @@ type Server struct {
 	ts       *transport.Server
 	services atomic.Pointer[map[string]*service] // copy on write
 
-	mu        sync.Mutex // guards following
-	published []registry.Instance
-	closing   bool
+	mu sync.Mutex // serializes RegisterService's copy-on-write of services
+
+	// Registry I/O. pubSem (capacity 1) serializes publishing and the
+	// withdrawal, and waiting for it honours contexts; pubCtx ends when
+	// the withdrawal begins, so a Serve still publishing gives up.
+	pubSem    chan struct{}
+	pubCtx    context.Context
+	pubCancel context.CancelFunc
+	published []registry.Instance // guarded by pubSem
+	// The withdrawal runs once, in the first Shutdown or Close; later
+	// ones wait for it (within their own context) and report its error.
+	withdrawOnce sync.Once
+	withdrawn    chan struct{} // closed when the withdrawal ended
+	withdrawErr  error         // written before withdrawn closes
 
 	decoders sync.Pool // *decoder
 }
@@ -94,6 +105,9 @@ func NewServer(opts ...Option) *Server {
 	}
 	empty := map[string]*service{}
 	s.services.Store(&empty)
+	s.pubSem = make(chan struct{}, 1)
+	s.pubCtx, s.pubCancel = context.WithCancel(context.Background())
+	s.withdrawn = make(chan struct{})
 	s.decoders.New = func() any { d := &decoder{}; d.fn = d.decode; return d }
 	s.ts = transport.NewServer(s, s.opts.transport)
 	return s
@@ -146,28 +160,29 @@ func (s *Server) ListenAndServe(addr string) error {
 // Shutdown stops the server gracefully: it withdraws the instances from the
 // registry, so clients stop choosing it, then stops accepting, tells clients
 // it is read-only, lets in-flight calls finish and closes the connections.
-// When ctx ends first it closes everything and returns ctx.Err().
+// The withdrawal takes at most the registry timeout (5 s by default), so a
+// registry that does not answer leaves the rest of ctx to the drain. When
+// ctx ends first it closes everything and returns ctx.Err(). Shutdowns and
+// Closes may overlap: the withdrawal runs once and every caller waits for
+// it before it stops the server.
 func (s *Server) Shutdown(ctx context.Context) error {
-	err := s.unpublish(ctx)
-	if terr := s.ts.Shutdown(ctx); terr != nil {
-		err = terr
-	}
-	return err
+	werr := s.withdraw(ctx)
+	return errors.Join(werr, s.ts.Shutdown(ctx))
 }
 
 // Close stops the server at once: listeners and connections close and
 // running handlers see their contexts cancelled. It withdraws published
-// instances, bounded by a short timeout.
+// instances first, bounded by a short timeout.
 func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	err := s.unpublish(ctx)
-	if terr := s.ts.Close(); terr != nil {
-		err = terr
-	}
-	return err
+	werr := s.withdraw(ctx)
+	return errors.Join(werr, s.ts.Close())
 }
 
+// publish registers every service at l's advertised address. A failure
+// withdraws what this call registered, so a Serve that fails leaves
+// nothing behind in the registry.
 func (s *Server) publish(addr net.Addr) error {
 	if s.opts.registry == nil {
 		return nil
@@ -176,11 +191,16 @@ func (s *Server) publish(addr net.Addr) error {
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
+	select {
+	case s.pubSem <- struct{}{}:
+	case <-s.pubCtx.Done():
 		return ErrServerClosed
 	}
+	defer func() { <-s.pubSem }()
+	if s.pubCtx.Err() != nil {
+		return ErrServerClosed
+	}
+	var mine []registry.Instance
 	for _, svc := range *s.services.Load() {
 		in := registry.Instance{
 			Service:  svc.name,
@@ -189,27 +209,62 @@ func (s *Server) publish(addr net.Addr) error {
 			Weight:   s.opts.weight,
 			Metadata: s.opts.metadata,
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.regTimeout)
+		ctx, cancel := context.WithTimeout(s.pubCtx, s.opts.regTimeout)
 		err := s.opts.registry.Register(ctx, in)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("dabb: publish %s at %s: %w", svc.name, adv, err)
+			err = fmt.Errorf("dabb: publish %s at %s: %w", svc.name, adv, err)
+			if s.pubCtx.Err() != nil {
+				err = fmt.Errorf("%w (shutting down): %w", ErrServerClosed, err)
+			}
+			return errors.Join(err, s.deregister(context.Background(), mine))
 		}
-		s.published = append(s.published, in)
+		mine = append(mine, in)
 		s.log.Info("dabb: published", "service", svc.name, "addr", adv)
 	}
+	s.published = append(s.published, mine...)
 	return nil
 }
 
-func (s *Server) unpublish(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
+// withdraw takes the published instances out of the registry, once; a
+// later caller waits for the first one's withdrawal, within ctx.
+func (s *Server) withdraw(ctx context.Context) error {
+	first := false
+	s.withdrawOnce.Do(func() { first = true })
+	if !first {
+		select {
+		case <-s.withdrawn:
+			return s.withdrawErr
+		case <-ctx.Done():
+			return fmt.Errorf("dabb: waiting for another Shutdown's withdrawal from the registry: %w", ctx.Err())
+		}
+	}
+	defer close(s.withdrawn)
+	s.pubCancel() // a Serve still publishing gives up and withdraws its own
+	if s.opts.registry == nil {
+		return nil
+	}
+	select {
+	case s.pubSem <- struct{}{}:
+	case <-ctx.Done():
+		s.withdrawErr = fmt.Errorf("dabb: waiting for a Serve to finish publishing: %w", ctx.Err())
+		return s.withdrawErr
+	}
 	pub := s.published
 	s.published = nil
-	s.mu.Unlock()
+	<-s.pubSem
+	s.withdrawErr = s.deregister(ctx, pub)
+	return s.withdrawErr
+}
+
+// deregister withdraws ins, each bounded by ctx and the registry timeout.
+func (s *Server) deregister(ctx context.Context, ins []registry.Instance) error {
 	var errs []error
-	for _, in := range pub {
-		if err := s.opts.registry.Deregister(ctx, in); err != nil {
+	for _, in := range ins {
+		dctx, cancel := context.WithTimeout(ctx, s.opts.regTimeout)
+		err := s.opts.registry.Deregister(dctx, in)
+		cancel()
+		if err != nil {
 			errs = append(errs, fmt.Errorf("dabb: withdraw %s at %s: %w", in.Service, in.Addr, err))
 		}
 	}

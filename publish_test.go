@@ -1,0 +1,199 @@
+package dabb_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb"
+	"github.com/dabbrpc/dabb/registry"
+)
+
+// gatedRegistry is a registry (a fake, for the server's ordering above the
+// registry; the real ones have their own tests) whose calls report
+// themselves and can be held until released, or refused per service.
+type gatedRegistry struct {
+	mu      sync.Mutex
+	live    map[string]registry.Instance
+	refuse  string        // Register of this service fails
+	held    string        // "register", "deregister" or "": the calls that wait for hold
+	hold    chan struct{} // closed to let held calls go (or their ctx ends)
+	entered chan string   // "register S" / "deregister S", as calls begin
+}
+
+func newGatedRegistry(held string) *gatedRegistry {
+	return &gatedRegistry{live: map[string]registry.Instance{}, held: held, hold: make(chan struct{}),
+		entered: make(chan string, 64)}
+}
+
+func (r *gatedRegistry) wait(ctx context.Context, op string) error {
+	if op != r.held {
+		return nil
+	}
+	select {
+	case <-r.hold:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *gatedRegistry) Register(ctx context.Context, in registry.Instance) error {
+	r.entered <- "register " + in.Service
+	if in.Service == r.refuse {
+		return errors.New("gated: register refused")
+	}
+	if err := r.wait(ctx, "register"); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.live[in.Service] = in
+	return nil
+}
+
+func (r *gatedRegistry) Deregister(ctx context.Context, in registry.Instance) error {
+	r.entered <- "deregister " + in.Service
+	if err := r.wait(ctx, "deregister"); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.live, in.Service)
+	return nil
+}
+
+func (r *gatedRegistry) Watch(context.Context, string) (registry.Watcher, error) {
+	return nil, errors.New("gated: no watch")
+}
+
+func (r *gatedRegistry) Close() error { return nil }
+
+func (r *gatedRegistry) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.live)
+}
+
+func awaitEntered(t *testing.T, r *gatedRegistry, want string) {
+	t.Helper()
+	select {
+	case got := <-r.entered:
+		if got != want {
+			t.Fatalf("registry call %q, want %q", got, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no registry call %q", want)
+	}
+}
+
+// serveGated serves s on a fresh listener; the returned channel has
+// Serve's result.
+func serveGated(t *testing.T, s *dabb.Server) (string, <-chan error) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	return l.Addr().String(), done
+}
+
+// TestOverlappingShutdownsWithdrawFirst: a second Shutdown while the
+// first is withdrawing the instance waits for the withdrawal; the server
+// never stops accepting while it is still published.
+func TestOverlappingShutdownsWithdrawFirst(t *testing.T) {
+	reg := newGatedRegistry("deregister")
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	addr, done := serveGated(t, s)
+	awaitEntered(t, reg, "register "+probeDesc.Name)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() { first <- s.Shutdown(ctx) }()
+	awaitEntered(t, reg, "deregister "+probeDesc.Name)
+
+	second := make(chan error, 1)
+	go func() { second <- s.Shutdown(ctx) }()
+	select {
+	case err := <-second:
+		t.Fatalf("the second Shutdown returned (%v) while the instance was still published", err)
+	case <-time.After(100 * time.Millisecond): // a bound on what must not happen
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("the server stopped accepting while still published: %v", err)
+	}
+	c.Close()
+	close(reg.hold)
+	for _, ch := range []chan error{first, second} {
+		if err := <-ch; err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	}
+	if n := reg.count(); n != 0 {
+		t.Errorf("%d instances still published", n)
+	}
+	if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
+		t.Errorf("Serve = %v", err)
+	}
+}
+
+// TestShutdownDuringPublish: a registry that does not answer while Serve
+// publishes does not hold Shutdown past its context.
+func TestShutdownDuringPublish(t *testing.T) {
+	reg := newGatedRegistry("register")
+	defer close(reg.hold)
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	_, done := serveGated(t, s)
+	awaitEntered(t, reg, "register "+probeDesc.Name)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_ = s.Shutdown(ctx) // gives up publishing: nothing was published
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("Shutdown took %v with a 300ms context", el)
+	}
+	if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
+		t.Errorf("Serve = %v, want ErrServerClosed", err)
+	}
+	if n := reg.count(); n != 0 {
+		t.Errorf("%d instances published after Shutdown", n)
+	}
+}
+
+// TestFailedServeWithdrawsWhatItPublished: when one service cannot be
+// published, Serve fails and leaves none of the others in the registry.
+func TestFailedServeWithdrawsWhatItPublished(t *testing.T) {
+	reg := newGatedRegistry("")
+	second := probeDesc
+	second.Name = "test.Probe2"
+	reg.refuse = second.Name
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
+	for _, d := range []*dabb.ServiceDesc{&probeDesc, &second} {
+		if err := s.RegisterService(d, newProbe()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer s.Close()
+	for range 4 { // the services are published in map order: both orders, likely
+		_, done := serveGated(t, s)
+		if err := <-done; err == nil || !strings.Contains(err.Error(), "register refused") {
+			t.Fatalf("Serve = %v, want the publish error", err)
+		}
+		if n := reg.count(); n != 0 {
+			t.Fatalf("Serve failed but left %d instance(s) published", n)
+		}
+	}
+}
