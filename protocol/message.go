@@ -197,8 +197,13 @@ type Reader struct {
 }
 
 // maxInterned bounds the intern table, so a peer sending endless new names
-// cannot grow it without limit.
-const maxInterned = 4096
+// cannot grow it without limit, and maxInternedLen the names it keeps:
+// service, method and attachment names are short, and a peer sending long
+// ones must not pin megabytes per connection (4096 × 8 MiB otherwise).
+const (
+	maxInterned    = 4096
+	maxInternedLen = 256
+)
 
 // NewReader returns a Reader over br with a body limit (0 means
 // DefaultMaxBody).
@@ -212,6 +217,9 @@ func (r *Reader) Read(m *Message) error {
 }
 
 func (r *Reader) intern(b []byte) string {
+	if len(b) > maxInternedLen {
+		return string(b)
+	}
 	for _, s := range r.recent {
 		if s == string(b) {
 			return s

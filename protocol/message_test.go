@@ -727,3 +727,31 @@ func TestAttachmentCountIsNotTrusted(t *testing.T) {
 		t.Errorf("reading the frame allocated %d bytes", n)
 	}
 }
+
+// TestReaderDoesNotInternLongNames: a peer sending long names (valid
+// frames, answered "service not found") must not pin them to the
+// connection: only short names are kept in the intern table.
+func TestReaderDoesNotInternLongNames(t *testing.T) {
+	long := strings.Repeat("s", 64<<10)
+	var stream []byte
+	for i := range 2 {
+		m := protocol.Message{Header: request(uint64(i + 1)), Service: long, Method: "M"}
+		stream = protocol.AppendMessage(stream, &m)
+	}
+	r := protocol.NewReader(reader(stream), 0)
+	var got [2]protocol.Message
+	for i := range got {
+		if err := r.Read(&got[i]); err != nil {
+			t.Fatalf("Read %d: %v", i, err)
+		}
+	}
+	if got[0].Service != long || got[1].Service != long {
+		t.Fatal("the long service name did not round-trip")
+	}
+	if unsafe.StringData(got[0].Service) == unsafe.StringData(got[1].Service) {
+		t.Error("a 64 KiB service name was interned: the connection keeps it")
+	}
+	if unsafe.StringData(got[0].Method) != unsafe.StringData(got[1].Method) {
+		t.Error("the short method name was not interned")
+	}
+}
