@@ -27,7 +27,9 @@ import (
 // so that encoding into it allocates nothing: append to it
 // (resp.Payload = append(resp.Payload[:0], ...)). The transport reuses
 // whatever resp.Payload holds once the response is written, so a handler
-// that assigns a slice of its own must not touch that slice again.
+// that assigns a slice of its own must not touch that slice again. Echoing
+// the request (resp.Payload = req.Payload) is fine: that array stays the
+// request's.
 //
 // ctx carries the request's deadline when it came with a budget, and is
 // cancelled when the server is closed, and, for a two-way request, when
@@ -604,8 +606,15 @@ var serverCallPool = sync.Pool{New: func() any { return new(serverCall) }}
 
 func putServerCall(call *serverCall) {
 	call.sc = nil
-	call.req.Recycle()
 	payload := call.resp.Payload[:0] // the next handler encodes into it
+	if sameArray(payload, call.req.Payload) {
+		// The handler answered with (part of) the request's own body:
+		// that array is the request's, recycled with it. Kept here too,
+		// the next read would write under the next handler's encoding,
+		// or a large one would go back to the pool twice.
+		payload = nil
+	}
+	call.req.Recycle()
 	if cap(payload) > bufpool.MaxKept {
 		// A large response (from the codec, often out of the shared
 		// pool) has been written: hand it back rather than keep it.
@@ -617,6 +626,12 @@ func putServerCall(call *serverCall) {
 	call.reuseCtx()
 	call.cancelled.Store(false)
 	serverCallPool.Put(call)
+}
+
+// sameArray reports whether a and b are slices of one array (their
+// capacities end at the same byte).
+func sameArray(a, b []byte) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
 }
 
 // reuseCtx keeps call.ctx for the next call only if its handler never

@@ -577,3 +577,25 @@ func TestMaxConcurrentSequentialCaller(t *testing.T) {
 		p.Release(resp)
 	}
 }
+
+// TestPutServerCallDropsAliasedPayload: a handler that answers with the
+// request's own payload (a zero-copy echo) leaves resp.Payload in the
+// request's array. The pooled call must not keep it as the next response
+// buffer (the next read writes there) nor put it in the buffer pool a
+// second time (the request's Recycle does, when it is large).
+func TestPutServerCallDropsAliasedPayload(t *testing.T) {
+	for _, size := range []int{1 << 10, 300 << 10} {
+		frame := protocol.AppendMessage(nil, newRequest(strings.Repeat("x", size)))
+		call := new(serverCall)
+		rd := protocol.NewReader(bufio.NewReader(bytes.NewReader(frame)), 0)
+		if err := rd.Read(&call.req); err != nil {
+			t.Fatal(err)
+		}
+		body := call.req.Payload
+		call.resp.Payload = body
+		putServerCall(call)
+		if sameArray(call.resp.Payload, body) {
+			t.Errorf("%d-byte echo: the pooled call keeps the request's array as its response buffer", size)
+		}
+	}
+}
