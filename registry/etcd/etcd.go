@@ -36,7 +36,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -446,18 +445,8 @@ func (r *Registry) recover(id clientv3.LeaseID) {
 	}
 }
 
-// pause waits a jittered delay (between half of it and all of it) before
-// a retry; false means Close came first.
-func (r *Registry) pause(delay time.Duration) bool {
-	t := time.NewTimer(delay/2 + rand.N(delay/2+1))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.ctx.Done():
-		return false
-	}
-}
+// pause waits about delay before a retry; false means Close came first.
+func (r *Registry) pause(delay time.Duration) bool { return jitteredSleep(r.ctx, delay) }
 
 var (
 	errReplaced          = errors.New("etcd: lease already replaced")

@@ -327,13 +327,17 @@ func (w *watcher) apply(events []*clientv3.Event) {
 }
 
 // sleep waits about d (with jitter); false when the watcher ended.
-func (w *watcher) sleep(d time.Duration) bool {
+func (w *watcher) sleep(d time.Duration) bool { return jitteredSleep(w.ctx, d) }
+
+// jitteredSleep waits between half of d and d before a retry; false means
+// ctx ended first.
+func jitteredSleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d/2 + rand.N(d/2+1))
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-w.ctx.Done():
+	case <-ctx.Done():
 		return false
 	}
 }
