@@ -963,12 +963,12 @@ func (call *serverCall) finish() {
 		}
 		ctx.cancel(context.Canceled)
 	}
+	s.slots.Add(-1) // before the answer: see Server.slots
 	// No response goes to a caller that gave up (the cancel event), nor
 	// to one whose budget ran out while the handler ran: its own deadline
 	// was no later than ours, so it has reported a timeout already (31,
 	// "the server may have acted"), and an answer racing that report
 	// would make the outcome depend on which timer fired first.
-	s.slots.Add(-1)
 	if twoWay && !call.cancelled.Load() && !expired {
 		status := resp.Header.Status()
 		if status == 0 {
