@@ -197,3 +197,84 @@ func TestFailedServeWithdrawsWhatItPublished(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedListenerWithdraws: a listener closed under a running Serve
+// (not by Shutdown) takes its instances out of the registry, so clients
+// stop choosing an address nobody answers at.
+func TestFailedListenerWithdraws(t *testing.T) {
+	reg := newGatedRegistry("")
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
+	defer s.Close()
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	awaitEntered(t, reg, "register "+probeDesc.Name)
+	l.Close()
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, dabb.ErrServerClosed) {
+			t.Errorf("Serve = %v, want the listener's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after its listener closed")
+	}
+	if n := reg.count(); n != 0 {
+		t.Errorf("the listener failed but %d instance(s) stay published", n)
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Errorf("Shutdown after the failed listener: %v", err)
+	}
+}
+
+// TestRegisterServiceWhileServing: a service registered after Serve is
+// published at the served address at once and withdrawn by Shutdown; one
+// whose publishing fails is refused and not kept.
+func TestRegisterServiceWhileServing(t *testing.T) {
+	reg := newGatedRegistry("")
+	second, third := probeDesc, probeDesc
+	second.Name, third.Name = "test.Probe2", "test.Probe3"
+	reg.refuse = third.Name
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
+	defer s.Close()
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	addr, done := serveGated(t, s)
+	awaitEntered(t, reg, "register "+probeDesc.Name)
+
+	if err := s.RegisterService(&second, newProbe()); err != nil {
+		t.Fatalf("RegisterService while serving: %v", err)
+	}
+	awaitEntered(t, reg, "register "+second.Name)
+	reg.mu.Lock()
+	got := reg.live[second.Name]
+	reg.mu.Unlock()
+	if got.Addr != addr {
+		t.Errorf("%s published at %q, want %q", second.Name, got.Addr, addr)
+	}
+
+	if err := s.RegisterService(&third, newProbe()); err == nil || !strings.Contains(err.Error(), "register refused") {
+		t.Errorf("RegisterService with a failing registry = %v, want the publish error", err)
+	}
+	awaitEntered(t, reg, "register "+third.Name)
+	if err := s.RegisterService(&third, newProbe()); err == nil || !strings.Contains(err.Error(), "register refused") {
+		t.Errorf("second RegisterService of the refused service = %v: the first one was kept", err)
+	}
+	awaitEntered(t, reg, "register "+third.Name)
+
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if n := reg.count(); n != 0 {
+		t.Errorf("%d instance(s) still published after Shutdown", n)
+	}
+	if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
+		t.Errorf("Serve = %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +84,7 @@ type Server struct {
 	pubCtx    context.Context
 	pubCancel context.CancelFunc
 	published []registry.Instance // guarded by pubSem
+	serving   []string            // advertised addresses of running Serves; guarded by pubSem
 	// The withdrawal runs once, in the first Shutdown or Close; later
 	// ones wait for it (within their own context) and report its error.
 	withdrawOnce sync.Once
@@ -114,24 +116,60 @@ func NewServer(opts ...Option) *Server {
 }
 
 // RegisterService adds a service; generated RegisterXServer functions call
-// it. Registering the same service name twice is an error. Services
-// registered after Serve are served but published only by later Serves.
+// it. Registering the same service name twice is an error. A service
+// registered while the server is serving is published at once at every
+// address it serves (each Register bounded by the registry timeout); if
+// that fails, the service is taken back out and the error returned.
 func (s *Server) RegisterService(desc *ServiceDesc, impl any) error {
 	svc, err := newService(desc, impl)
 	if err != nil {
 		return err
 	}
+	// Holding pubSem while the service joins the table means a Serve
+	// publishing at the same moment either sees it or is already in
+	// serving: the service is published exactly once per address.
+	locked := false
+	if s.opts.registry != nil {
+		select {
+		case s.pubSem <- struct{}{}:
+			locked = true
+			defer func() { <-s.pubSem }()
+		case <-s.pubCtx.Done(): // shutting down: nothing more is published
+		}
+	}
+	if err := s.swapServices(func(m map[string]*service) error {
+		if _, dup := m[svc.name]; dup {
+			return fmt.Errorf("dabb: register service %s: already registered", svc.name)
+		}
+		m[svc.name] = svc
+		return nil
+	}); err != nil {
+		return err
+	}
+	if !locked || s.pubCtx.Err() != nil || len(s.serving) == 0 {
+		return nil
+	}
+	mine, err := s.register(svc, s.serving)
+	if err != nil {
+		_ = s.swapServices(func(m map[string]*service) error { delete(m, svc.name); return nil })
+		return err
+	}
+	s.published = append(s.published, mine...)
+	return nil
+}
+
+// swapServices replaces the service table with a copy changed by edit.
+func (s *Server) swapServices(edit func(map[string]*service) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := *s.services.Load()
-	if _, dup := old[svc.name]; dup {
-		return fmt.Errorf("dabb: register service %s: already registered", svc.name)
-	}
 	next := make(map[string]*service, len(old)+1)
 	for k, v := range old {
 		next[k] = v
 	}
-	next[svc.name] = svc
+	if err := edit(next); err != nil {
+		return err
+	}
 	s.services.Store(&next)
 	return nil
 }
@@ -139,13 +177,21 @@ func (s *Server) RegisterService(desc *ServiceDesc, impl any) error {
 // Serve accepts connections on l and serves them until Shutdown or Close,
 // when it returns ErrServerClosed. With a registry, it first publishes every
 // registered service at the advertised address; if that fails it closes l and
-// returns the error.
+// returns the error. If l fails on its own (closed by someone else), Serve
+// withdraws what it published before it returns the error, so clients
+// stop choosing an address nobody answers at.
 func (s *Server) Serve(l net.Listener) error {
-	if err := s.publish(l.Addr()); err != nil {
+	adv, err := s.publish(l.Addr())
+	if err != nil {
 		l.Close()
 		return err
 	}
-	return s.ts.Serve(l)
+	err = s.ts.Serve(l)
+	if adv != "" && !errors.Is(err, ErrServerClosed) {
+		s.log.Warn("dabb: listener failed; withdrawing its instances", "addr", adv, "err", err)
+		err = errors.Join(err, s.unpublish(adv))
+	}
+	return err
 }
 
 // ListenAndServe listens on the TCP address addr and calls Serve.
@@ -180,28 +226,44 @@ func (s *Server) Close() error {
 	return errors.Join(werr, s.ts.Close())
 }
 
-// publish registers every service at l's advertised address. A failure
-// withdraws what this call registered, so a Serve that fails leaves
-// nothing behind in the registry.
-func (s *Server) publish(addr net.Addr) error {
+// publish registers every service at l's advertised address, which it
+// returns ("" without a registry). A failure withdraws what this call
+// registered, so a Serve that fails leaves nothing behind in the registry.
+func (s *Server) publish(addr net.Addr) (string, error) {
 	if s.opts.registry == nil {
-		return nil
+		return "", nil
 	}
 	adv, err := advertiseAddr(s.opts.advertise, addr)
 	if err != nil {
-		return err
+		return "", err
 	}
 	select {
 	case s.pubSem <- struct{}{}:
 	case <-s.pubCtx.Done():
-		return ErrServerClosed
+		return "", ErrServerClosed
 	}
 	defer func() { <-s.pubSem }()
 	if s.pubCtx.Err() != nil {
-		return ErrServerClosed
+		return "", ErrServerClosed
 	}
 	var mine []registry.Instance
 	for _, svc := range *s.services.Load() {
+		in, err := s.register(svc, []string{adv})
+		if err != nil {
+			return "", errors.Join(err, s.deregister(context.Background(), mine))
+		}
+		mine = append(mine, in...)
+	}
+	s.published = append(s.published, mine...)
+	s.serving = append(s.serving, adv)
+	return adv, nil
+}
+
+// register publishes svc at each of the advertised addresses, with pubSem
+// held. A failure withdraws what this call registered.
+func (s *Server) register(svc *service, addrs []string) ([]registry.Instance, error) {
+	var mine []registry.Instance
+	for _, adv := range addrs {
 		in := registry.Instance{
 			Service:  svc.name,
 			ID:       adv,
@@ -217,13 +279,38 @@ func (s *Server) publish(addr net.Addr) error {
 			if s.pubCtx.Err() != nil {
 				err = fmt.Errorf("%w (shutting down): %w", ErrServerClosed, err)
 			}
-			return errors.Join(err, s.deregister(context.Background(), mine))
+			return nil, errors.Join(err, s.deregister(context.Background(), mine))
 		}
 		mine = append(mine, in)
 		s.log.Info("dabb: published", "service", svc.name, "addr", adv)
 	}
-	s.published = append(s.published, mine...)
-	return nil
+	return mine, nil
+}
+
+// unpublish withdraws the instances published at adv, whose Serve ended
+// without a Shutdown. If a withdrawal already took them, it does nothing.
+func (s *Server) unpublish(adv string) error {
+	s.pubSem <- struct{}{} // its holders are bounded by the registry timeout
+	var gone []registry.Instance
+	kept := s.published[:0:0]
+	for _, in := range s.published {
+		if in.Addr == adv {
+			gone = append(gone, in)
+		} else {
+			kept = append(kept, in)
+		}
+	}
+	s.published = kept
+	if i := slices.Index(s.serving, adv); i >= 0 {
+		s.serving = slices.Delete(s.serving, i, i+1)
+	}
+	if slices.Contains(s.serving, adv) {
+		// Another Serve advertises the same address and still runs.
+		s.published = append(s.published, gone...)
+		gone = nil
+	}
+	<-s.pubSem
+	return s.deregister(context.Background(), gone)
 }
 
 // withdraw takes the published instances out of the registry, once; a
@@ -251,7 +338,7 @@ func (s *Server) withdraw(ctx context.Context) error {
 		return s.withdrawErr
 	}
 	pub := s.published
-	s.published = nil
+	s.published, s.serving = nil, nil
 	<-s.pubSem
 	s.withdrawErr = s.deregister(ctx, pub)
 	return s.withdrawErr
