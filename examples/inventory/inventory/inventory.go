@@ -16,6 +16,7 @@ import (
 // Inventory is the service's interface: the contract both sides share.
 type Inventory interface {
 	// Deduct takes count units of sku out of stock, once per request id.
+	// A request id reused for another sku or count is a bad request.
 	Deduct(ctx context.Context, req *pb.DeductRequest) (*pb.DeductReply, error)
 	// Stock reports how many units of sku are left.
 	//dabb:idempotent

@@ -162,3 +162,33 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("deducted %d units, want 103 (r-1 twice, 100 burst, last)", deducted)
 	}
 }
+
+// TestRequestIDReusedForAnotherDeduction: a remembered request id that
+// comes back asking for another sku or count is a client bug, not a retry:
+// refused as a bad request, nothing deducted, and the record untouched.
+func TestRequestIDReusedForAnotherDeduction(t *testing.T) {
+	s := inventory.NewStore(map[string]int64{"a": 100, "b": 100})
+	ctx := context.Background()
+	if _, err := s.Deduct(ctx, &pb.DeductRequest{Sku: "a", Count: 3, RequestId: "r-1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []*pb.DeductRequest{
+		{Sku: "b", Count: 3, RequestId: "r-1"},
+		{Sku: "a", Count: 4, RequestId: "r-1"},
+	} {
+		reply, err := s.Deduct(ctx, req)
+		if !errors.Is(err, inventory.ErrRequestIDReused) || protocol.StatusOf(err) != protocol.StatusBadRequest {
+			t.Errorf("Deduct(%v) = %v, %v; want ErrRequestIDReused as status 40", req, reply, err)
+		}
+	}
+	reply, err := s.Deduct(ctx, &pb.DeductRequest{Sku: "a", Count: 3, RequestId: "r-1"})
+	if err != nil || !reply.GetDuplicate() || reply.GetRemaining() != 97 {
+		t.Errorf("the true retry = %v, %v; want a duplicate with 97 remaining", reply, err)
+	}
+	for sku, want := range map[string]int64{"a": 97, "b": 100} {
+		got, err := s.Stock(ctx, &pb.StockRequest{Sku: sku})
+		if err != nil || got.GetCount() != want {
+			t.Errorf("stock of %s = %v, %v; want %d", sku, got, err, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -17,9 +18,18 @@ import (
 // (status 70) with this text.
 var ErrInsufficientStock = fmt.Errorf("inventory: insufficient stock")
 
+// ErrRequestIDReused is returned by Deduct when a request id it remembers
+// comes back with a different sku or count: a client bug (an id reused for
+// another deduction), not a retry, so it is neither deducted nor answered
+// with the first deduction's figures. It reaches callers as a bad request
+// (status 40) with this text.
+var ErrRequestIDReused = errors.New("inventory: request id reused for a different deduction")
+
 // Store is an in-memory Inventory. It never deducts twice for one request
 // id: the first answer for an id is recorded in the same critical section
 // as the deduction, and a repeat gets that answer back with Duplicate set.
+// A repeat must ask for the same sku and count; one that does not is
+// refused with ErrRequestIDReused.
 //
 // Records are kept for Retention (DefaultRetention unless set before the
 // first call), then forgotten, so memory stays bounded under steady
@@ -38,7 +48,7 @@ type Store struct {
 
 	mu      sync.Mutex // guards following
 	stock   map[string]int64
-	done    map[string]*pb.DeductReply // request id -> first answer
+	done    map[string]deduction // request id -> what it asked for and the first answer
 	expiry  []record                   // the ids of done, oldest first
 	expired int                        // records dropped from the head of expiry
 
@@ -49,6 +59,13 @@ type Store struct {
 
 // DefaultRetention is how long a Store remembers a request id by default.
 const DefaultRetention = 10 * time.Minute
+
+// deduction is a remembered request: what it asked for and its answer.
+type deduction struct {
+	sku   string
+	count int32
+	reply *pb.DeductReply
+}
 
 // record is one remembered request id and when it was recorded.
 type record struct {
@@ -62,7 +79,7 @@ func NewStore(stock map[string]int64) *Store {
 		Retention: DefaultRetention,
 		now:       time.Now,
 		stock:     make(map[string]int64, len(stock)),
-		done:      map[string]*pb.DeductReply{},
+		done:      map[string]deduction{},
 	}
 	for k, v := range stock {
 		s.stock[k] = v
@@ -89,8 +106,13 @@ func (s *Store) Deduct(ctx context.Context, req *pb.DeductRequest) (*pb.DeductRe
 	s.forgetLocked(now)
 	if id != "" {
 		if prev, ok := s.done[id]; ok {
+			if prev.sku != req.GetSku() || prev.count != req.GetCount() {
+				return nil, &protocol.Error{Status: protocol.StatusBadRequest,
+					Msg: fmt.Sprintf("request id %q was used for %d of %s, now %d of %s", id, prev.count, prev.sku, req.GetCount(), req.GetSku()),
+					Err: ErrRequestIDReused}
+			}
 			s.duplicates.Add(1)
-			return &pb.DeductReply{Remaining: prev.GetRemaining(), Duplicate: true}, nil
+			return &pb.DeductReply{Remaining: prev.reply.GetRemaining(), Duplicate: true}, nil
 		}
 	}
 	have, ok := s.stock[req.GetSku()]
@@ -105,7 +127,7 @@ func (s *Store) Deduct(ctx context.Context, req *pb.DeductRequest) (*pb.DeductRe
 	s.deducted.Add(int64(req.GetCount()))
 	reply := &pb.DeductReply{Remaining: have}
 	if id != "" {
-		s.done[id] = reply
+		s.done[id] = deduction{sku: req.GetSku(), count: req.GetCount(), reply: reply}
 		s.expiry = append(s.expiry, record{id, now})
 	}
 	return reply, nil
