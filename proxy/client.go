@@ -475,23 +475,33 @@ func (c *Client) send(ctx context.Context, call *Call, start time.Time) error {
 // budget and returns the OK response, which the caller must decode (or
 // release).
 func (c *Client) exchange(ctx context.Context, call *Call, addr string, start time.Time) (*protocol.Message, error) {
-	budget := call.Deadline.Sub(start)
-	if pt := c.opts.retry.PerTryTimeout; pt > 0 && call.Idempotent && pt < budget {
-		budget = pt
-	}
-	if budget < time.Millisecond {
-		return nil, &protocol.Error{Status: protocol.StatusClientTimeout,
-			Msg: "budget spent before sending " + call.Service + "." + call.Method, Err: transport.ErrNotSent}
+	budget, err := c.attemptBudget(call, start, start)
+	if err != nil {
+		return nil, err
 	}
 	out := c.reqs.Get().(*outgoing)
-	defer c.reqs.Put(out)
+	defer func() {
+		if cap(out.payload) > bufpool.MaxKept {
+			// Written by now (or never to be): hand a large buffer back
+			// to the shared pool instead of pinning it to a pooled request.
+			bufpool.Put(out.payload)
+			out.payload = nil
+		}
+		c.reqs.Put(out)
+	}()
 	payload := call.payload
 	if payload == nil {
-		var err error
 		if payload, err = call.codec.Marshal(out.payload[:0], call.Req); err != nil {
 			return nil, encodeError(call, err)
 		}
 		out.payload = payload
+		if len(payload) >= slowMarshal {
+			// Encoding this much takes a measurable part of the budget
+			// (ms for MiB): what travels is what is left after it.
+			if budget, err = c.attemptBudget(call, start, time.Now()); err != nil {
+				return nil, err
+			}
+		}
 	}
 	m := &out.msg
 	*m = protocol.Message{
@@ -504,13 +514,26 @@ func (c *Client) exchange(ctx context.Context, call *Call, addr string, start ti
 	m.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, call.codec.ID()), 0, 0)
 	resp, err := c.pool.RoundTrip(ctx, addr, m)
 	*m = protocol.Message{}
-	if cap(out.payload) > bufpool.MaxKept {
-		// Written by now: hand a large buffer back to the shared pool
-		// instead of pinning it to a pooled request.
-		bufpool.Put(out.payload)
-		out.payload = nil
-	}
 	return resp, err
+}
+
+// slowMarshal is the encoded size from which exchange reads the clock again
+// after marshaling, to send only what is left of the budget.
+const slowMarshal = 64 << 10
+
+// attemptBudget is what an attempt that began at start has left at now: the
+// call's deadline, or the per-try timeout of an idempotent call if that
+// ends first. Less than a millisecond is an error: not sent.
+func (c *Client) attemptBudget(call *Call, start, now time.Time) (time.Duration, error) {
+	budget := call.Deadline.Sub(now)
+	if pt := c.opts.retry.PerTryTimeout; pt > 0 && call.Idempotent {
+		budget = min(budget, pt-now.Sub(start))
+	}
+	if budget < time.Millisecond {
+		return 0, &protocol.Error{Status: protocol.StatusClientTimeout,
+			Msg: "budget spent before sending " + call.Service + "." + call.Method, Err: transport.ErrNotSent}
+	}
+	return budget, nil
 }
 
 // encodeError is the error of a request the codec could not marshal.
