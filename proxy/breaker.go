@@ -19,6 +19,10 @@ import (
 // A breaker counts only failures that speak of the instance: connection
 // failures, attempts that timed out after sending, status 80 and 100. A
 // method's own error (70) and a call the caller gave up on do not count.
+// A timeout counts whichever deadline ended the attempt, the method's or
+// an earlier one on the caller's context: the breaker cannot tell a slow
+// instance from a tight deadline, and an instance that hangs must open its
+// breaker also for callers whose contexts always carry deadlines.
 // While a breaker is open its instance is left out of balancing; after
 // OpenTimeout it lets HalfOpenProbes calls through, and closes again when
 // they succeed.
