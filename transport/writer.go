@@ -37,12 +37,13 @@ import (
 // The price is that a flusher may be kept busy writing frames of other
 // goroutines, and is blocked while the socket's send buffer is full. Only
 // the flusher can be blocked: everyone else returns at once. A write that
-// has not completed after two heartbeat intervals closes the connection
-// (see stalled), which releases it. That cannot tell a peer that stopped
-// reading from a link too slow for one frame within two intervals: with
-// the default interval of 60 s an 8 MiB frame needs ~70 KB/s; a client
-// that sets a short interval must allow for its largest frames. (Reading
-// has no such limit: any data read counts as life, see liveness.)
+// has not completed after two heartbeat intervals, while the peer
+// acknowledged none of its bytes, closes the connection (see stalled),
+// which releases it. On Linux the peer's acknowledgements (TCP_INFO) tell
+// a peer that stopped reading from a link too slow for one frame within
+// two intervals; elsewhere they cannot, and with the default interval of
+// 60 s an 8 MiB frame needs ~70 KB/s. (Reading has no such limit: any
+// data read counts as life, see liveness.)
 type frameWriter struct {
 	nc net.Conn
 	// onError is called once, by the flusher whose write failed, without
@@ -62,6 +63,8 @@ type frameWriter struct {
 	err     error  // sticky: the first write error, or the close cause
 	writes  uint64 // completed writes, for stall detection
 	seen    uint64 // writes at the previous stall check
+
+	acked atomic.Uint64 // the peer's acknowledged bytes at the previous stall check
 }
 
 // largePayload is the payload size from which a frame is written from the
@@ -324,13 +327,22 @@ func (w *frameWriter) idle() bool {
 }
 
 // stalled reports whether one write has been in progress since the
-// previous call, without completing.
+// previous call, without completing and, where the system tells
+// (ackedBytes), without the peer acknowledging any of its bytes: a large
+// frame crossing a slow link is progress, not a stall. It is called from
+// the heartbeat tick only, so the system call costs nothing per frame.
 func (w *frameWriter) stalled() bool {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	s := w.flushing && w.writes == w.seen
+	flushing := w.flushing
+	same := flushing && w.writes == w.seen
 	w.seen = w.writes
-	return s
+	w.mu.Unlock()
+	if !flushing {
+		return false
+	}
+	acked, ok := ackedBytes(w.nc)
+	moved := ok && acked != w.acked.Swap(acked)
+	return same && !moved
 }
 
 // liveness watches one connection from its heartbeat timer, which ticks
