@@ -27,7 +27,8 @@ import (
 // before they delete it, and the guard looks at owned only once it holds
 // the write slot.
 //
-// The guard never replaces a node that another session holds: two
+// The guard never replaces a node that another session holds, and the
+// keeper's restore replaces only nodes of earlier sessions of ours: two
 // processes registered under one instance ID would otherwise replace each
 // other's node forever. The watch stays on it, so the node is re-created
 // if that holder deletes it while we still own the instance.

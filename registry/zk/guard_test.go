@@ -206,6 +206,62 @@ func TestNoFightOverOneID(t *testing.T) {
 	checkOurs(t, first, in, data, stat, "after the second owner deregistered")
 }
 
+// TestNoTakeBackOnReconnect: after another session took our instance ID
+// over, a reconnect of ours on the same session (a network blip, a server
+// restart, a leader election) restores nothing: our session never ended,
+// and the node is left to its new holder.
+func TestNoTakeBackOnReconnect(t *testing.T) {
+	srv := zktest.Shared(t)
+	px := startProxy(t, srv.Addr())
+	first := newRegistry(t, Config{Servers: []string{px.Addr()}, SessionTimeout: 6 * time.Second, RequestTimeout: 2 * time.Second})
+	second := shared(t)
+	restored := make(chan int64, 16)
+	first.sessionHook = func(id int64) {
+		select {
+		case restored <- id:
+		default:
+		}
+	}
+	in := inst(serviceFor(t), "20001")
+	in.Metadata = map[string]string{"generation": "1"}
+	if err := first.Register(ctxFor(t, 5*time.Second), in); err != nil {
+		t.Fatal(err)
+	}
+	newer := in
+	newer.Metadata = map[string]string{"generation": "2"}
+	if err := second.Register(ctxFor(t, 5*time.Second), newer); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawConn(t, srv.Addr())
+	p := second.NodePath(in.Service, in.ID)
+	if _, stat, err := raw.Get(p); err != nil || stat.EphemeralOwner != second.conn.SessionID() {
+		t.Fatalf("after the takeover: %v; want the second session to own %s", err, p)
+	}
+	for len(restored) > 0 {
+		<-restored
+	}
+
+	session := first.conn.SessionID()
+	px.Cut()
+	time.Sleep(300 * time.Millisecond) // a blip, well within the 6 s session timeout
+	px.Restore()
+	select {
+	case id := <-restored: // the keeper has run its restore on the session
+		if id != session {
+			t.Fatalf("the first registry got a new session %#x (had %#x); the test needs a reconnect on the same one", id, session)
+		}
+	case <-ctxFor(t, 8*time.Second).Done():
+		t.Fatal("the first registry did not reconnect within 8 s")
+	}
+	data, stat, err := raw.Get(p)
+	if err != nil {
+		t.Fatalf("Get %s after the reconnect: %v", p, err)
+	}
+	if stat.EphemeralOwner != second.conn.SessionID() {
+		t.Fatalf("after a reconnect on the same session the first registry took %s back (owner %#x, data %s)", p, stat.EphemeralOwner, data)
+	}
+}
+
 // TestRecreatesDeletedNodeAfterNewSession: the watches are set again on a
 // new session, after the old one expired during a partition.
 func TestRecreatesDeletedNodeAfterNewSession(t *testing.T) {

@@ -107,6 +107,7 @@ type Registry struct {
 	owned    map[string]registry.Instance // node path → instance; the keeper maintains these
 	orphans  map[string]bool              // node paths to delete once possible
 	armed    map[string]int64             // node path → session its exists watch was set in
+	sessions map[int64]bool               // the sessions we wrote nodes in: an owner that is not one is another process
 	repairs  map[string]int               // node paths for the guard → failed attempts
 	watchers map[*watcher]struct{}
 
@@ -177,6 +178,7 @@ func New(cfg Config) (*Registry, error) {
 		owned:      make(map[string]registry.Instance),
 		orphans:    make(map[string]bool),
 		armed:      make(map[string]int64),
+		sessions:   make(map[int64]bool),
 		repairs:    make(map[string]int),
 		watchers:   make(map[*watcher]struct{}),
 	}, nil
@@ -212,7 +214,7 @@ func (r *Registry) Register(ctx context.Context, in registry.Instance) error {
 	}
 	p := r.NodePath(in.Service, in.ID)
 	err = r.write(ctx, func(conn *zk.Conn) error {
-		if err := r.ensure(conn, p, data); err != nil {
+		if err := r.ensure(conn, p, data, true); err != nil {
 			return err
 		}
 		r.mu.Lock()
@@ -645,7 +647,7 @@ func (r *Registry) reconcile(conn *zk.Conn) (int64, error) {
 	for p, in := range owned {
 		data, err := json.Marshal(in)
 		if err == nil {
-			err = r.ensure(conn, p, data)
+			err = r.ensure(conn, p, data, false)
 		}
 		var exists bool
 		if err == nil {
@@ -682,10 +684,18 @@ func (r *Registry) reconcile(conn *zk.Conn) (int64, error) {
 const maxAttempts = 5
 
 // ensure makes p an ephemeral node of the current session holding data.
-// A node of another session (an earlier one of ours, or a previous process
-// with the same instance ID) or with other data is replaced in one
-// transaction, so watchers never see the instance missing.
-func (r *Registry) ensure(conn *zk.Conn, p string, data []byte) error {
+// A node of another session or with other data is replaced in one
+// transaction, so watchers never see the instance missing. Without
+// takeOver (the keeper's restore after a reconnect or a new session) only
+// a node of an earlier session of ours is replaced: one that another
+// process took over since is left to it, as the guard does, or two
+// processes under one instance ID would take it from each other at every
+// reconnect. Register takes over: a restarted process replaces the node
+// its predecessor's session still holds.
+func (r *Registry) ensure(conn *zk.Conn, p string, data []byte, takeOver bool) error {
+	r.mu.Lock()
+	r.sessions[conn.SessionID()] = true
+	r.mu.Unlock()
 	for range maxAttempts {
 		got, stat, err := conn.Get(p)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -711,6 +721,14 @@ func (r *Registry) ensure(conn *zk.Conn, p string, data []byte) error {
 			return nil
 		}
 		if stat.EphemeralOwner != session {
+			r.mu.Lock()
+			mine := r.sessions[stat.EphemeralOwner]
+			r.mu.Unlock()
+			if !takeOver && !mine && stat.EphemeralOwner != 0 {
+				r.log.Warn("instance node is held by another session; not taking it back", "path", p,
+					"owner", sessionHex(stat.EphemeralOwner), "session", sessionHex(session))
+				return nil
+			}
 			r.log.Info("replacing a node of another session", "path", p, "owner", sessionHex(stat.EphemeralOwner), "session", sessionHex(session))
 		}
 		err = multi(conn,
