@@ -16,7 +16,8 @@
 // Every server and client is started up front, then the points are
 // measured in -rounds rounds (default 3): in each round, point after
 // point, every framework in turn, the order rotated by one framework per
-// round, so that the machine's drift over minutes falls on all of them
+// round (round r starts at framework r mod n) and run backwards in odd
+// rounds, so that the machine's drift over minutes falls on all of them
 // alike. The table reports, per framework and point, the round with the
 // median calls/s, whole; the CSV keeps every round. Rounds after the
 // first warm up for half of -warmup, at least 250ms.

@@ -84,7 +84,7 @@ func TestRun(t *testing.T) {
 	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 12 {
 		t.Errorf("bench.svg: want an <svg> with 12 lines (6 frameworks × 2 panels):\n%.400s", svg)
 	}
-	if !strings.Contains(stderr.String(), "[1/48] round 1/2 c=1 dabb") || !strings.Contains(stderr.String(), "[48/48] round 2/2 c=2 +1×1MiB grpc") {
+	if !strings.Contains(stderr.String(), "[1/48] round 1/2 c=1 dabb") || !strings.Contains(stderr.String(), "[48/48] round 2/2 c=2 +1×1MiB rpcx") {
 		t.Errorf("no progress line on stderr:\n%s", stderr.String())
 	}
 }

@@ -24,11 +24,12 @@ func TestRotation(t *testing.T) {
 		want []int
 	}{
 		{0, 3, []int{0, 1, 2}},
-		{1, 3, []int{0, 2, 1}}, // odd rounds backwards: 1, 2, 0 reversed
+		{1, 3, []int{1, 0, 2}}, // odd rounds backwards from r mod n
 		{2, 3, []int{2, 0, 1}},
-		{3, 3, []int{2, 1, 0}},
+		{3, 3, []int{0, 2, 1}},
 		{4, 2, []int{0, 1}},
-		{5, 2, []int{0, 1}},
+		{5, 2, []int{1, 0}},
+		{1, 6, []int{1, 0, 5, 4, 3, 2}},
 		{7, 1, []int{0}},
 		{0, 0, []int{}},
 	} {
@@ -37,6 +38,60 @@ func TestRotation(t *testing.T) {
 				t.Fatalf("rotation(%d, %d) = %v, want %v", tc.r, tc.n, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestRotationStartsAtRModN checks the rule bench/README.md states: round
+// r starts at framework r mod n, even rounds go on forwards from there and
+// odd rounds backwards, and every round visits each framework once.
+func TestRotationStartsAtRModN(t *testing.T) {
+	for n := 1; n <= 6; n++ {
+		for r := range 2*n + 1 {
+			order := rotation(r, n)
+			if len(order) != n || order[0] != r%n {
+				t.Errorf("n=%d round %d (from 0): order %v, want %d entries starting at %d", n, r, order, n, r%n)
+				continue
+			}
+			step := 1
+			if r%2 == 1 {
+				step = -1
+			}
+			seen := make([]bool, n)
+			for i, f := range order {
+				if want := ((r+step*i)%n + n) % n; f != want {
+					t.Errorf("n=%d round %d: order %v has %d at %d, want %d", n, r, order, f, i, want)
+				}
+				seen[f] = true
+			}
+			if slices.Contains(seen, false) {
+				t.Errorf("n=%d round %d: order %v misses a framework", n, r, order)
+			}
+		}
+	}
+	// The defaults: 6 frameworks, 3 rounds. Each round opens with another
+	// framework (before, dabb opened rounds 1 and 2).
+	var firsts []int
+	for r := range 3 {
+		firsts = append(firsts, rotation(r, 6)[0])
+	}
+	if !slices.Equal(firsts, []int{0, 1, 2}) {
+		t.Errorf("6 frameworks, 3 rounds: first framework per round %v, want [0 1 2]", firsts)
+	}
+}
+
+// TestRotationTwoFrameworksAlternate: with two frameworks (the README's
+// "-frameworks dabb,grpc") the order must change from round to round, or
+// framework 0 would always be measured first and framework 1 always right
+// after it.
+func TestRotationTwoFrameworksAlternate(t *testing.T) {
+	for r := range 6 {
+		want := []int{0, 1}
+		if r%2 == 1 {
+			want = []int{1, 0}
+		}
+		if got := rotation(r, 2); !slices.Equal(got, want) {
+			t.Errorf("2 frameworks, round %d (from 0): order %v, want %v", r, got, want)
+		}
 	}
 }
 
@@ -142,7 +197,7 @@ func TestSweep(t *testing.T) {
 			name: "all measured",
 			want: []string{
 				"1 c=1 dabb", "1 c=1 grpc", "1 c=1 raw", "1 c=2 dabb", "1 c=2 grpc", "1 c=2 raw",
-				"2 c=1 dabb", "2 c=1 raw", "2 c=1 grpc", "2 c=2 dabb", "2 c=2 raw", "2 c=2 grpc",
+				"2 c=1 grpc", "2 c=1 dabb", "2 c=1 raw", "2 c=2 grpc", "2 c=2 dabb", "2 c=2 raw",
 				"3 c=1 raw", "3 c=1 dabb", "3 c=1 grpc", "3 c=2 raw", "3 c=2 dabb", "3 c=2 grpc",
 			},
 			wantLast: "[18/18] round 3/3 c=2 grpc",
@@ -152,7 +207,7 @@ func TestSweep(t *testing.T) {
 			failAt: "grpc 2 c=1",
 			want: []string{
 				"1 c=1 dabb", "1 c=1 grpc", "1 c=1 raw", "1 c=2 dabb", "1 c=2 grpc", "1 c=2 raw",
-				"2 c=1 dabb", "2 c=1 raw", "2 c=1 grpc", "2 c=2 dabb", "2 c=2 raw",
+				"2 c=1 grpc", "2 c=1 dabb", "2 c=1 raw", "2 c=2 dabb", "2 c=2 raw",
 				"3 c=1 raw", "3 c=1 dabb", "3 c=2 raw", "3 c=2 dabb",
 			},
 			wantLast: "[15/15] round 3/3 c=2 dabb",

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -260,18 +259,21 @@ func sweep(ents []*entrant, cfg config, prog *progress, measure measureFunc) []p
 }
 
 // rotation returns the order in which round r (from 0) visits n
-// entrants: r mod n first, then on, wrapping around.
+// entrants: r mod n first, then on, wrapping around; in odd rounds on
+// backwards from there (order[i] = (r − i) mod n).
 //
-// Odd rounds take that order backwards, so a framework does not always
-// follow the same one (a framework that leaves work behind would weigh on
-// the same neighbour every round).
+// So no framework is always first after a pause (with two, the first
+// alternates), and a framework does not always follow the same one (a
+// framework that leaves work behind would weigh on the same neighbour
+// every round).
 func rotation(r, n int) []int {
 	order := make([]int, n)
-	for i := range order {
-		order[i] = (r + i) % n
-	}
+	step := 1
 	if r%2 == 1 {
-		slices.Reverse(order)
+		step = n - 1 // −1 mod n, kept non-negative
+	}
+	for i := range order {
+		order[i] = (r + i*step) % n
 	}
 	return order
 }
