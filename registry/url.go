@@ -70,12 +70,12 @@ func Open(ctx context.Context, rawURL string) (Registry, error) {
 	if !strings.Contains(rawURL, "://") {
 		return nil, fmt.Errorf("registry: open %q: no scheme; want a URL such as etcd://127.0.0.1:2379/services: %w", rawURL, ErrInvalid)
 	}
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("registry: open: %w", err)
+		return nil, fmt.Errorf("registry: open: %w: %w", err, ErrInvalid)
 	}
 	if u.Scheme == "" {
-		return nil, fmt.Errorf("registry: open %q: no scheme; want a URL such as etcd://127.0.0.1:2379/services", rawURL)
+		return nil, fmt.Errorf("registry: open %q: no scheme; want a URL such as etcd://127.0.0.1:2379/services: %w", rawURL, ErrInvalid)
 	}
 	scheme := strings.ToLower(u.Scheme)
 	schemesMu.RLock()
@@ -92,6 +92,40 @@ func Open(ctx context.Context, rawURL string) (Registry, error) {
 		return nil, fmt.Errorf("registry: open %s: %w", redact(u), err)
 	}
 	return r, nil
+}
+
+// parseURL parses a registry URL whose host may list several addresses.
+// url.Parse takes such a list as one host, which fails as soon as one
+// address is an IPv6 literal ("[::1]:2181,[::2]:2181"); the list is then
+// checked address by address and set as the host after parsing the rest.
+func parseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err == nil {
+		return u, nil
+	}
+	i := strings.Index(raw, "://")
+	rest := raw[i+len("://"):]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	auth := rest[:end]
+	at := strings.LastIndex(auth, "@")
+	hosts := auth[at+1:]
+	if !strings.Contains(hosts, ",") {
+		return nil, err
+	}
+	for h := range strings.SplitSeq(hosts, ",") {
+		if _, herr := url.Parse("x://" + h); herr != nil {
+			return nil, herr
+		}
+	}
+	u, perr := url.Parse(raw[:i+len("://")] + auth[:at+1] + "hosts" + rest[end:])
+	if perr != nil {
+		return nil, err
+	}
+	u.Host = hosts
+	return u, nil
 }
 
 // Schemes returns the registered schemes, sorted.

@@ -217,3 +217,25 @@ func TestReturnedSetIsACopy(t *testing.T) {
 		t.Fatalf("changing a returned set changed the registry: metadata %v", again[0].Metadata)
 	}
 }
+
+// TestOpenIPv6List: a URL's host may list several addresses, IPv6
+// literals among them (net/url alone takes the list as one host and
+// refuses it).
+func TestOpenIPv6List(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, u := range []string{
+		"static://[::1]:20880,[::1]:20881",
+		"static://127.0.0.1:20880,[::1]:20881",
+	} {
+		r, err := registry.Open(ctx, u)
+		if err != nil {
+			t.Errorf("Open(%q): %v", u, err)
+			continue
+		}
+		if got := first(t, r, "svc.S"); len(got) != 2 {
+			t.Errorf("Open(%q): %d instances, want 2", u, len(got))
+		}
+		r.Close()
+	}
+}

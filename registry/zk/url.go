@@ -2,7 +2,6 @@ package zk
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"time"
@@ -23,11 +22,11 @@ func init() { registry.RegisterScheme("zk", openURL) }
 // not used.
 func openURL(_ context.Context, u *url.URL) (registry.Registry, error) {
 	if u.User != nil {
-		return nil, errors.New("zk: credentials in the URL are not supported")
+		return nil, fmt.Errorf("zk: credentials in the URL are not supported: %w", registry.ErrInvalid)
 	}
 	cfg := Config{Servers: registry.HostsOf(u), Prefix: registry.PrefixOf(u)}
 	if len(cfg.Servers) == 0 {
-		return nil, errors.New("zk: the URL names no servers; want zk://host:2181/services")
+		return nil, fmt.Errorf("zk: the URL names no servers; want zk://host:2181/services: %w", registry.ErrInvalid)
 	}
 	for key, vals := range u.Query() {
 		var dst *time.Duration
@@ -37,14 +36,14 @@ func openURL(_ context.Context, u *url.URL) (registry.Registry, error) {
 		case "request_timeout":
 			dst = &cfg.RequestTimeout
 		default:
-			return nil, fmt.Errorf("zk: unknown URL parameter %q (known: session_timeout, request_timeout)", key)
+			return nil, fmt.Errorf("zk: unknown URL parameter %q (known: session_timeout, request_timeout): %w", key, registry.ErrInvalid)
 		}
 		if len(vals) != 1 {
-			return nil, fmt.Errorf("zk: URL parameter %s given %d times", key, len(vals))
+			return nil, fmt.Errorf("zk: URL parameter %s given %d times: %w", key, len(vals), registry.ErrInvalid)
 		}
 		d, err := time.ParseDuration(vals[0])
 		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("zk: URL parameter %s=%q: want a positive duration such as 10s", key, vals[0])
+			return nil, fmt.Errorf("zk: URL parameter %s=%q: want a positive duration such as 10s: %w", key, vals[0], registry.ErrInvalid)
 		}
 		*dst = d
 	}

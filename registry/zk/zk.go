@@ -58,8 +58,16 @@ const (
 
 // ErrNoSession is wrapped, together with the context's error, by calls that
 // gave up waiting for a session with ZooKeeper: the servers are down,
-// unreachable or refusing the session.
-var ErrNoSession = errors.New("zk: no session with ZooKeeper")
+// unreachable or refusing the session. errors.Is(err,
+// registry.ErrUnavailable) holds for it too.
+var ErrNoSession error = noSessionError{}
+
+type noSessionError struct{}
+
+func (noSessionError) Error() string { return "zk: no session with ZooKeeper" }
+
+// Is makes errors.Is(err, registry.ErrUnavailable) hold too.
+func (noSessionError) Is(target error) bool { return target == registry.ErrUnavailable }
 
 // Config configures a Registry. The zero value of every field but Servers
 // has a working default.
@@ -133,30 +141,30 @@ var _ registry.Registry = (*Registry)(nil)
 // ZooKeeper is made on first use.
 func New(cfg Config) (*Registry, error) {
 	if len(cfg.Servers) == 0 {
-		return nil, errors.New("zk: new: no servers")
+		return nil, fmt.Errorf("zk: new: no servers: %w", registry.ErrInvalid)
 	}
 	servers := make([]string, 0, len(cfg.Servers))
 	for _, s := range cfg.Servers {
 		s = strings.TrimSpace(s)
 		if s == "" {
-			return nil, fmt.Errorf("zk: new: empty server address in %q", cfg.Servers)
+			return nil, fmt.Errorf("zk: new: empty server address in %q: %w", cfg.Servers, registry.ErrInvalid)
 		}
 		servers = append(servers, s)
 	}
 	cfg.Servers = servers
 	cfg.Prefix = registry.CleanPrefix(cfg.Prefix)
 	if err := checkPath(cfg.Prefix); err != nil {
-		return nil, fmt.Errorf("zk: new: prefix %q: %w", cfg.Prefix, err)
+		return nil, fmt.Errorf("zk: new: prefix %q: %w: %w", cfg.Prefix, err, registry.ErrInvalid)
 	}
 	switch {
 	case cfg.SessionTimeout < 0:
-		return nil, fmt.Errorf("zk: new: negative session timeout %v", cfg.SessionTimeout)
+		return nil, fmt.Errorf("zk: new: negative session timeout %v: %w", cfg.SessionTimeout, registry.ErrInvalid)
 	case cfg.SessionTimeout == 0:
 		cfg.SessionTimeout = DefaultSessionTimeout
 	}
 	switch {
 	case cfg.RequestTimeout < 0:
-		return nil, fmt.Errorf("zk: new: negative request timeout %v", cfg.RequestTimeout)
+		return nil, fmt.Errorf("zk: new: negative request timeout %v: %w", cfg.RequestTimeout, registry.ErrInvalid)
 	case cfg.RequestTimeout == 0:
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
@@ -849,7 +857,9 @@ func checkName(s string) error {
 		switch {
 		case c == 0x7f || c >= 0x80 && c <= 0x9f,
 			c >= 0xd800 && c <= 0xf8ff,
-			c >= 0xfff0 && c <= 0xffff:
+			c >= 0xfff0:
+			// ZooKeeper checks the name's UTF-16 units: a character
+			// beyond U+FFFF is a surrogate pair, in the refused range.
 			return fmt.Errorf("character %U is not allowed in a ZooKeeper node name", c)
 		}
 	}

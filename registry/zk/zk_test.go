@@ -446,3 +446,56 @@ func TestOpenURL(t *testing.T) {
 		})
 	}
 }
+
+// TestNoSessionIsUnavailable: ErrNoSession is also
+// registry.ErrUnavailable, as the registry package documents for every
+// backend.
+func TestNoSessionIsUnavailable(t *testing.T) {
+	r := newRegistry(t, Config{Servers: []string{deadAddr(t)}, RequestTimeout: 200 * time.Millisecond})
+	err := r.Register(context.Background(), inst(serviceFor(t), "1"))
+	if !errors.Is(err, ErrNoSession) {
+		t.Fatalf("Register with ZooKeeper down = %v, want ErrNoSession", err)
+	}
+	if !errors.Is(err, registry.ErrUnavailable) {
+		t.Fatalf("Register with ZooKeeper down = %v: errors.Is(err, registry.ErrUnavailable) is false", err)
+	}
+}
+
+// TestBadConfigIsInvalid: bad configurations and URLs wrap
+// registry.ErrInvalid.
+func TestBadConfigIsInvalid(t *testing.T) {
+	for _, u := range []string{
+		"zk://h1:2181/services?sessiontimeout=1s",
+		"zk://h1:2181/services?session_timeout=soon",
+		"zk:///services",
+		"zk://h1:2181/zookeeper",
+	} {
+		_, err := registry.Open(context.Background(), u)
+		if err == nil || !errors.Is(err, registry.ErrInvalid) {
+			t.Errorf("Open(%q) = %v, want an error wrapping registry.ErrInvalid", u, err)
+		}
+	}
+	if _, err := New(Config{}); err == nil || !errors.Is(err, registry.ErrInvalid) {
+		t.Errorf("New(Config{}) = %v, want an error wrapping registry.ErrInvalid", err)
+	}
+}
+
+// TestSupplementaryCharRejected: ZooKeeper checks node names per UTF-16
+// unit and refuses the surrogate range, so a character beyond U+FFFF (an
+// emoji) is refused here, as ErrInvalid, before any request: Register
+// would fail at the server and Watch would wait forever on a name no
+// instance can have.
+func TestSupplementaryCharRejected(t *testing.T) {
+	r := newRegistry(t, Config{Servers: []string{zktest.Shared(t).Addr()}})
+	svc := serviceFor(t)
+	in := registry.Instance{Service: svc, ID: "a\U0001F600", Addr: "127.0.0.1:1"}
+	if err := r.Register(ctxFor(t, 5*time.Second), in); !errors.Is(err, registry.ErrInvalid) {
+		t.Errorf("Register(ID %q) = %v, want registry.ErrInvalid", in.ID, err)
+	}
+	if w, err := r.Watch(ctxFor(t, 5*time.Second), svc+"\U0001F600"); !errors.Is(err, registry.ErrInvalid) {
+		if w != nil {
+			w.Stop()
+		}
+		t.Errorf("Watch(%q) = %v, want registry.ErrInvalid: no instance can ever be registered under it", svc+"\U0001F600", err)
+	}
+}
