@@ -36,6 +36,11 @@ type Framework struct {
 	// Dial returns a client of the server at addr, safe for concurrent
 	// use.
 	Dial func(addr string) (Client, error)
+	// UncountedWrites is set for a framework that writes its sockets with
+	// sendmsg (Kitex's netpoll): /proc/self/io's syscw, where the bench
+	// counts write system calls, counts write and writev but not sendmsg,
+	// so the framework's writes would read 0.
+	UncountedWrites bool
 }
 
 // Client calls Echo.

@@ -26,6 +26,9 @@ func Kitex() Framework {
 		Setup: "github.com/cloudwego/kitex v0.16.1, kitex-generated protobuf stubs (prutal), WithMuxConnection(1) / WithMuxTransport",
 		Serve: serveKitex,
 		Dial:  dialKitex,
+		// netpoll writes with sendmsg (and reads with readv, which is
+		// counted).
+		UncountedWrites: true,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -218,14 +219,26 @@ func writeMarkdown(w io.Writer, res *results, chart string) {
 	fmt.Fprintf(w, "\nEvery point ([chart](%s)):\n\n", chart)
 	fmt.Fprintln(w, "| framework | c | calls/s | spread | p50 | p99 | p99.9 | client CPU s/100k | server CPU s/100k | read+write syscalls/call | errors |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var uncounted []string // frameworks whose write system calls show as n/a
 	for _, p := range res.mainPoints() {
 		r, wr := p.syscallsPerCall()
+		sys := fmt.Sprintf("%.2f+%.2f", r, wr)
+		if !res.writesCounted(p.Framework) {
+			sys = fmt.Sprintf("%.2f+n/a", r)
+			if !slices.Contains(uncounted, p.Framework) {
+				uncounted = append(uncounted, p.Framework)
+			}
+		}
 		errs, _, _ := res.roundErrors(p)
-		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %s | %.2f | %.2f | %.2f+%.2f | %d |\n", p.Framework, p.C, p.rate(),
-			fmtSpread(res, p), fmtDur(p.P50), fmtDur(p.P99), fmtDur(p.P999), p.per100k(p.ClientCPU), p.per100k(p.ServerCPU), r, wr, errs)
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %s | %.2f | %.2f | %s | %d |\n", p.Framework, p.C, p.rate(),
+			fmtSpread(res, p), fmtDur(p.P50), fmtDur(p.P99), fmtDur(p.P999), p.per100k(p.ClientCPU), p.per100k(p.ServerCPU), sys, errs)
 	}
 	if cfg.rounds > 1 {
 		fmt.Fprintln(w, "\nEach row is the round with the median calls/s, whole; spread is (max − min) ÷ median of the rounds' calls/s; errors count every round.")
+	}
+	if len(uncounted) > 0 {
+		fmt.Fprintf(w, "\nWrites n/a: %s %s with sendmsg, which /proc/self/io does not count (it counts read, readv, write and writev).\n",
+			strings.Join(uncounted, ", "), plural(len(uncounted), "writes", "write"))
 	}
 	if cfg.mix {
 		fmt.Fprintf(w, "\nSmall calls (c=%d) alone, and with %d goroutines making 1 MiB calls on the same client:\n\n", cfg.mixC, cfg.large)
@@ -264,6 +277,18 @@ func writeMarkdown(w io.Writer, res *results, chart string) {
 	for _, f := range cfg.frameworks {
 		fmt.Fprintf(w, "- %s: %s\n", f.Name, f.Setup)
 	}
+}
+
+// writesCounted reports whether /proc/self/io counts the write system
+// calls of the framework called name (see frameworks.Framework's
+// UncountedWrites).
+func (res *results) writesCounted(name string) bool {
+	for _, f := range res.cfg.frameworks {
+		if f.Name == name {
+			return !f.UncountedWrites
+		}
+	}
+	return true
 }
 
 // pointLabel names p's point: c=16, or c=16 +2×1MiB for the mixed one.
@@ -355,10 +380,14 @@ func writeCSV(w io.Writer, res *results) error {
 			}
 			return f2(float64(n) / float64(p.Calls))
 		}
+		cliW, srvW := per(p.Client.sysw), per(p.Server.sysw)
+		if !res.writesCounted(p.Framework) {
+			cliW, srvW = "", "" // not counted: see writesCounted
+		}
 		cw.Write([]string{p.Framework, p.Payload, strconv.Itoa(p.C), strconv.Itoa(p.Large),
 			strconv.FormatUint(p.Calls, 10), f2(p.Window.Seconds()), f2(p.rate()),
 			us(p.P50), us(p.P99), us(p.P999), us(p.Max), f2(p.per100k(p.ClientCPU)), f2(p.per100k(p.ServerCPU)),
-			f2(p.usPerCall()), per(p.Client.sysr), per(p.Client.sysw), per(p.Server.sysr), per(p.Server.sysw),
+			f2(p.usPerCall()), per(p.Client.sysr), cliW, per(p.Server.sysr), srvW,
 			strconv.FormatUint(p.Errors, 10), p.FirstErr,
 			strconv.FormatUint(p.LargeN, 10), us(p.LargeP99),
 			strconv.Itoa(p.Round), strconv.FormatBool(p.Median)})
