@@ -359,7 +359,12 @@ func pivot(w io.Writer, res *results, cell func(point) string) {
 }
 
 // csvHeader is the first row of the CSV: one row per window, every round,
-// the reported one marked by median = true.
+// the reported one marked by median = true. calls, calls_per_s and the
+// latencies are of the calls of payload (the small ones at the -mix
+// point); large_calls and large_p99_us of the 1 MiB ones. The CPU and
+// system call columns are per call of all calls of the window, calls +
+// large_calls: the processes' CPU and system calls cannot be split
+// between the two.
 var csvHeader = []string{"framework", "payload", "c", "large", "calls", "window_s", "calls_per_s",
 	"p50_us", "p99_us", "p999_us", "max_us", "client_cpu_s_per_100k", "server_cpu_s_per_100k",
 	"cpu_us_per_call", "client_reads_per_call", "client_writes_per_call",
@@ -375,10 +380,10 @@ func writeCSV(w io.Writer, res *results) error {
 	f2 := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 	for _, p := range res.sorted() {
 		per := func(n uint64) string {
-			if p.Calls == 0 {
+			if p.allCalls() == 0 {
 				return "0"
 			}
-			return f2(float64(n) / float64(p.Calls))
+			return f2(float64(n) / float64(p.allCalls()))
 		}
 		cliW, srvW := per(p.Client.sysw), per(p.Server.sysw)
 		if !res.writesCounted(p.Framework) {

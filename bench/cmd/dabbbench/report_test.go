@@ -65,3 +65,41 @@ func TestUncountedWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestPerCallCountsLargeCalls: at the -mix point the processes' CPU and
+// system calls include the 1 MiB calls, so the per-call figures divide by
+// the small and the large calls together.
+func TestPerCallCountsLargeCalls(t *testing.T) {
+	s := sample{sysr: 300, sysw: 100}
+	p := point{Framework: "dabb", Round: 1, Median: true, Payload: "small", C: 2, Large: 1, Calls: 60, LargeN: 40,
+		Window: time.Second, ClientCPU: 3 * time.Millisecond, ServerCPU: time.Millisecond, Client: s, Server: s}
+	if got := p.usPerCall(); got != 40 {
+		t.Errorf("usPerCall = %v, want 4000 µs ÷ 100 calls = 40", got)
+	}
+	if got := p.per100k(p.ClientCPU); got != 3 {
+		t.Errorf("per100k(client) = %v, want 3 ms ÷ 100 calls × 100k = 3 s", got)
+	}
+	if r, w := p.syscallsPerCall(); r != 6 || w != 2 {
+		t.Errorf("syscallsPerCall = %v+%v, want 600 ÷ 100 = 6 and 200 ÷ 100 = 2", r, w)
+	}
+	cfg, err := parseFlags([]string{"-frameworks", "dabb", "-c", "1", "-mixc", "2", "-large", "1", "-rounds", "1", "-allocs=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := writeCSV(&b, &results{cfg: cfg, points: []point{p}}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&b).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"calls": "60", "calls_per_s": "60.000", "large_calls": "40",
+		"client_cpu_s_per_100k": "3.000", "server_cpu_s_per_100k": "1.000", "cpu_us_per_call": "40.000",
+		"client_reads_per_call": "3.000", "client_writes_per_call": "1.000"}
+	for col, v := range want {
+		if got := rows[1][slices.Index(csvHeader, col)]; got != v {
+			t.Errorf("CSV %s = %q, want %q", col, got, v)
+		}
+	}
+}

@@ -51,30 +51,38 @@ func (p point) rate() float64 {
 	return float64(p.Calls) / p.Window.Seconds()
 }
 
-// per100k returns CPU seconds per 100k calls of cpu over the point's calls.
+// allCalls returns every call completed in the window: the calls of
+// Payload and, at the -mix point, the 1 MiB ones. The CPU and system calls
+// of a window are the whole processes', so the per-call figures divide
+// them by all calls, never by the small calls alone.
+func (p point) allCalls() uint64 { return p.Calls + p.LargeN }
+
+// per100k returns CPU seconds per 100k calls of cpu over all the point's
+// calls (allCalls).
 func (p point) per100k(cpu time.Duration) float64 {
-	if p.Calls == 0 {
+	if p.allCalls() == 0 {
 		return 0
 	}
-	return cpu.Seconds() / float64(p.Calls) * 1e5
+	return cpu.Seconds() / float64(p.allCalls()) * 1e5
 }
 
-// syscallsPerCall returns the read and write system calls per call, client
-// and server together.
+// syscallsPerCall returns the read and write system calls per call (of
+// allCalls), client and server together.
 func (p point) syscallsPerCall() (reads, writes float64) {
-	if p.Calls == 0 {
+	if p.allCalls() == 0 {
 		return 0, 0
 	}
-	n := float64(p.Calls)
+	n := float64(p.allCalls())
 	return float64(p.Client.sysr+p.Server.sysr) / n, float64(p.Client.sysw+p.Server.sysw) / n
 }
 
-// usPerCall returns client plus server CPU microseconds per call.
+// usPerCall returns client plus server CPU microseconds per call (of
+// allCalls).
 func (p point) usPerCall() float64 {
-	if p.Calls == 0 {
+	if p.allCalls() == 0 {
 		return 0
 	}
-	return float64((p.ClientCPU + p.ServerCPU).Microseconds()) / float64(p.Calls)
+	return float64((p.ClientCPU + p.ServerCPU).Microseconds()) / float64(p.allCalls())
 }
 
 // results is the whole run.
