@@ -37,17 +37,19 @@ type benchResult struct {
 }
 
 // allocResults is what the in-process benchmarks measured: per framework
-// one calling goroutine (BenchmarkEcho) and 64 (BenchmarkEchoParallel),
-// dabb's method without //dabb:idempotent (BenchmarkDabbKeyed) and the
-// protobuf work of one call alone (BenchmarkCodecFloor).
+// one calling goroutine (BenchmarkEcho) and 32 × GOMAXPROCS of the go test
+// process (BenchmarkEchoParallel), dabb's method without
+// //dabb:idempotent (BenchmarkDabbKeyed) and the protobuf work of one call
+// alone (BenchmarkCodecFloor).
 type allocResults struct {
-	command  string // the go test command line, as a user would type it
-	output   string // what go test printed
-	err      error  // why go test failed, or nil
-	echo     map[string]benchResult
-	parallel map[string]benchResult
-	keyed    *benchResult
-	floor    *benchResult
+	command    string // the go test command line, as a user would type it
+	output     string // what go test printed
+	err        error  // why go test failed, or nil
+	echo       map[string]benchResult
+	parallel   map[string]benchResult
+	goroutines map[string]int // BenchmarkEchoParallel's calling goroutines, its "goroutines" metric
+	keyed      *benchResult
+	floor      *benchResult
 }
 
 // allocsBenchRegexp returns the -bench expression selecting the
@@ -204,7 +206,7 @@ func parseAllocs(res *allocResults, r io.Reader, names []string) {
 	for _, n := range names {
 		keep[n] = true
 	}
-	res.echo, res.parallel = map[string]benchResult{}, map[string]benchResult{}
+	res.echo, res.parallel, res.goroutines = map[string]benchResult{}, map[string]benchResult{}, map[string]int{}
 	var pending string // a benchmark name whose numbers have not come yet
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<20)
@@ -231,6 +233,9 @@ func parseAllocs(res *allocResults, r io.Reader, names []string) {
 			res.echo[sub] = br
 		case top == "BenchmarkEchoParallel" && keep[sub]:
 			res.parallel[sub] = br
+			if g, ok := benchMetric(rest, "goroutines"); ok && g >= 1 {
+				res.goroutines[sub] = int(g)
+			}
 		case top == "BenchmarkDabbKeyed" && sub == "" && keep["dabb"]:
 			res.keyed = &br
 		case top == "BenchmarkCodecFloor" && sub == "":
@@ -270,6 +275,37 @@ func parseBenchFields(f []string) (benchResult, bool) {
 	return br, have == 7
 }
 
+// benchMetric returns the value of unit in the fields of a result line
+// after the name, as a benchmark's b.ReportMetric prints it.
+func benchMetric(f []string, unit string) (float64, bool) {
+	for i := 1; i+1 < len(f); i += 2 {
+		if f[i+1] == unit {
+			v, err := strconv.ParseFloat(f[i], 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// parallelHeader names the table's BenchmarkEchoParallel column by the
+// goroutines it ran with: 32 × GOMAXPROCS of the go test process, which
+// the benchmark reports; in general terms if it did not, or if the
+// frameworks' counts differ.
+func (a *allocResults) parallelHeader() string {
+	n := 0
+	for _, g := range a.goroutines {
+		if n != 0 && g != n {
+			n = 0
+			break
+		}
+		n = g
+	}
+	if n == 0 {
+		return "allocs/op, 32 × GOMAXPROCS goroutines" // SetParallelism(32) in inproc_test.go
+	}
+	return fmt.Sprintf("allocs/op, %d goroutines", n)
+}
+
 // dabbOverFloor returns dabb's allocations per call over the codec floor.
 func (a *allocResults) dabbOverFloor() (int64, bool) {
 	if a == nil || a.floor == nil {
@@ -302,7 +338,7 @@ func writeAllocs(w io.Writer, res *results, raw string) {
 		floor = fmt.Sprintf("over the codec floor (%d)", a.floor.AllocsPerOp)
 		over = func(n int64) string { return fmt.Sprintf("%+d", n-a.floor.AllocsPerOp) }
 	}
-	fmt.Fprintf(w, "| framework | allocs/op | B/op | allocs/op, 64 goroutines | %s |\n", floor)
+	fmt.Fprintf(w, "| framework | allocs/op | B/op | %s | %s |\n", a.parallelHeader(), floor)
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
 	for _, f := range res.cfg.frameworks {
 		one, ok1 := a.echo[f.Name]

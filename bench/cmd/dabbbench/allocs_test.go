@@ -22,9 +22,9 @@ cpu: Intel(R) Xeon(R) Processor
 BenchmarkEcho/dabb-2      	   38412	     26961 ns/op	    2243 B/op	      19 allocs/op
 BenchmarkEcho/grpc-2      	   21021	     58259 ns/op	   12574 B/op	     162 allocs/op
 BenchmarkEcho/raw-2       	   36531	     27917 ns/op	    1338 B/op	      18 allocs/op
-BenchmarkEchoParallel/dabb-2         	   92740	     10868 ns/op	    2251 B/op	      20 allocs/op
-BenchmarkEchoParallel/grpc-2         	   58167	     20031 ns/op	   12414 B/op	     150 allocs/op
-BenchmarkEchoParallel/raw-2          	  138786	      8124 ns/op	    1342 B/op	      18 allocs/op
+BenchmarkEchoParallel/dabb-2         	   92740	     10868 ns/op	        64.00 goroutines	    2251 B/op	      20 allocs/op
+BenchmarkEchoParallel/grpc-2         	   58167	     20031 ns/op	        64.00 goroutines	   12414 B/op	     150 allocs/op
+BenchmarkEchoParallel/raw-2          	  138786	      8124 ns/op	        64.00 goroutines	    1342 B/op	      18 allocs/op
 BenchmarkDabbKeyed-2                 	   33256	     32128 ns/op	    2675 B/op	      24 allocs/op
 BenchmarkCodecFloor-2                	  249218	      5118 ns/op	    1666 B/op	      18 allocs/op
 PASS
@@ -95,6 +95,38 @@ func TestParseAllocs(t *testing.T) {
 			checkOne(t, "BenchmarkCodecFloor", a.floor, tc.floor)
 			if got := strings.Join(a.missing(tc.names), " "); got != tc.missing {
 				t.Errorf("missing = %q, want %q", got, tc.missing)
+			}
+			for n := range tc.par {
+				if g := a.goroutines[n]; g != 64 {
+					t.Errorf("BenchmarkEchoParallel/%s: %d goroutines, want the 64 printed", n, g)
+				}
+			}
+		})
+	}
+}
+
+// TestParallelHeader: the parallel column is named by the goroutines
+// BenchmarkEchoParallel reports (32 × GOMAXPROCS of go test), not by a
+// fixed count.
+func TestParallelHeader(t *testing.T) {
+	line := func(fw string, g string) string {
+		return "BenchmarkEchoParallel/" + fw + "-4\t1000\t5000 ns/op\t" + g + "\t2000 B/op\t20 allocs/op\n"
+	}
+	for _, tc := range []struct {
+		name, input, want string
+	}{
+		{"GOMAXPROCS=4", line("dabb", "128.0 goroutines") + line("raw", "128.0 goroutines"), "allocs/op, 128 goroutines"},
+		{"no metric printed", line("dabb", "") + line("raw", ""), "allocs/op, 32 × GOMAXPROCS goroutines"},
+		{"counts differ", line("dabb", "128.0 goroutines") + line("raw", "64.00 goroutines"), "allocs/op, 32 × GOMAXPROCS goroutines"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var a allocResults
+			parseAllocs(&a, strings.NewReader(tc.input), []string{"dabb", "raw"})
+			if len(a.parallel) != 2 {
+				t.Fatalf("parsed %v, want dabb and raw", a.parallel)
+			}
+			if got := a.parallelHeader(); got != tc.want {
+				t.Errorf("header %q, want %q", got, tc.want)
 			}
 		})
 	}
