@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -244,10 +245,18 @@ func (p *Pool) Release(resp *protocol.Message) {
 }
 
 // ReadOnly reports whether addr sent the read-only event. It stays true
-// until a fresh connection to addr is dialed successfully.
+// until a fresh connection to addr is dialed successfully. Asking about a
+// read-only address whose old connections are all closed starts such a
+// dial in the background (one at a time, in the usual dial backoff): a
+// balancer that keeps the address among its candidates, as with a static
+// list, finds a server restarted there without sending it any call.
 func (p *Pool) ReadOnly(addr string) bool {
 	e := (*p.eps.Load())[addr]
-	return e != nil && e.readOnly.Load()
+	if e == nil || !e.readOnly.Load() {
+		return false
+	}
+	e.probe()
+	return e.readOnly.Load()
 }
 
 // Close closes every connection, failing pending calls with status 35, and
@@ -484,9 +493,10 @@ func (p *Pool) clock() int64 { return int64(time.Since(p.epoch)) }
 
 // dialing is one dial in flight, shared by every caller that needs it.
 type dialing struct {
-	done chan struct{} // closed when c or err is set
-	c    *clientConn
-	err  error
+	done  chan struct{} // closed when c or err is set
+	c     *clientConn
+	err   error
+	probe bool // a read-only address's probe: the connection must answer a heartbeat first
 }
 
 // markReadOnly records the read-only event and calls OnReadOnly once.
@@ -497,6 +507,64 @@ func (e *endpoint) markReadOnly() {
 			f(e.addr)
 		}
 	}
+}
+
+// probe dials the read-only address in the background when none of its
+// connections is left (the old server closed them, or we did once they
+// drained) and no dial is in flight or backing off. The new connection
+// must answer a heartbeat before it is used and the read-only mark goes:
+// a server still draining answers with the read-only event instead (a
+// failed dial, so the next probe waits out the dial backoff), and one
+// that accepted without serving does not answer at all.
+func (e *endpoint) probe() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.readOnly.Load() || e.dial != nil || time.Now().Before(e.retryAt) || e.p.ctx.Err() != nil {
+		return
+	}
+	for i := range e.slots {
+		if c := e.slots[i].Load(); c != nil && !c.dead.Load() {
+			return // the old server is still draining it
+		}
+	}
+	if !e.p.goTracked() {
+		return
+	}
+	d := &dialing{done: make(chan struct{}), probe: true}
+	e.dial = d
+	go e.dialSlot(0, d)
+}
+
+// errStillReadOnly is a probe's dial answered with the read-only event.
+var errStillReadOnly = errors.New("transport: the address answered with the read-only event")
+
+// verify sends a heartbeat on the freshly dialed nc and reads its answer,
+// within the dial timeout, frame by frame without reading ahead (the
+// connection is handed to its reader afterwards).
+func (e *endpoint) verify(nc net.Conn) error {
+	_ = nc.SetDeadline(time.Now().Add(e.p.cfg.DialTimeout))
+	defer nc.SetDeadline(time.Time{})
+	if _, err := nc.Write(protocol.AppendHeartbeat(nil, 1)); err != nil {
+		return fmt.Errorf("transport: probe %s: %w", e.addr, err)
+	}
+	var m protocol.Message
+	if _, err := io.ReadFull(nc, m.Header[:]); err != nil {
+		return fmt.Errorf("transport: probe %s: %w", e.addr, err)
+	}
+	if n := m.Header.BodyLen(); m.Header.Magic() != protocol.Magic || !m.Header.Flags().IsEvent() || n > 64 {
+		return fmt.Errorf("transport: probe %s: unexpected answer to a heartbeat: %w", e.addr, protocol.ErrMalformed)
+	}
+	m.Payload = make([]byte, m.Header.BodyLen())
+	if _, err := io.ReadFull(nc, m.Payload); err != nil {
+		return fmt.Errorf("transport: probe %s: %w", e.addr, err)
+	}
+	switch {
+	case m.IsHeartbeatResponse():
+		return nil
+	case m.IsReadOnly():
+		return errStillReadOnly
+	}
+	return fmt.Errorf("transport: probe %s: unexpected answer to a heartbeat: %w", e.addr, protocol.ErrMalformed)
 }
 
 // detach empties c's slot and forgets c.
@@ -587,6 +655,14 @@ func (e *endpoint) dialSlot(i int, d *dialing) {
 	ctx, cancel := context.WithTimeout(e.p.ctx, e.p.cfg.DialTimeout)
 	nc, err := e.p.cfg.Dial(ctx, e.addr)
 	cancel()
+	switch {
+	case err != nil:
+		err = fmt.Errorf("transport: dial %s: %w", e.addr, err)
+	case d.probe:
+		if err = e.verify(nc); err != nil {
+			_ = nc.Close()
+		}
+	}
 	var c *clientConn
 	if err == nil {
 		c = newClientConn(e, nc)
@@ -594,8 +670,6 @@ func (e *endpoint) dialSlot(i int, d *dialing) {
 			_ = nc.Close()
 			c, err = nil, ErrClosed
 		}
-	} else {
-		err = fmt.Errorf("transport: dial %s: %w", e.addr, err)
 	}
 
 	e.mu.Lock()

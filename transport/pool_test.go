@@ -674,9 +674,40 @@ func TestNilHandler(t *testing.T) {
 }
 
 func TestReadOnlyClearedByFreshDial(t *testing.T) {
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	addr, l, c := readOnlyAddr(t, p)
+	// The old server goes away and a new one takes the address.
+	_ = c.Close()
+	_ = l.Close()
+	l2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen again on %s: %v", addr, err)
+	}
+	startServerOn(t, l2, echo, ServerConfig{})
+	deadline := time.Now().Add(defaultTestTimeout)
+	for {
+		resp, err := p.RoundTrip(testCtx(t), addr, newRequest("again"))
+		if err == nil {
+			p.Release(resp)
+			break
+		}
+		if !errors.Is(err, ErrNotSent) || time.Now().After(deadline) {
+			t.Fatalf("RoundTrip to the restarted address: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond) // until the old connection is seen closed
+	}
+	if p.ReadOnly(addr) {
+		t.Errorf("ReadOnly still true after a fresh connection")
+	}
+}
+
+// readOnlyAddr connects p to a fresh listener and has the server's end of
+// the connection send the read-only event; it returns once p.ReadOnly
+// reports it, with the listener and the server's end.
+func readOnlyAddr(t *testing.T, p *Pool) (string, net.Listener, net.Conn) {
+	t.Helper()
 	l := listen(t)
 	addr := l.Addr().String()
-	p := newPool(t, Config{ConnsPerAddr: 1})
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		c, err := l.Accept()
@@ -705,28 +736,66 @@ func TestReadOnlyClearedByFreshDial(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // no hook to await: poll the public API
 	}
-	// The old server goes away and a new one takes the address.
+	return addr, l, c
+}
+
+// TestReadOnlyProbeFindsRestartedServer: a caller that only asks whether
+// the address is read-only (a balancer that leaves it out meanwhile, and
+// so never sends it a call) sees it come back once a server restarted
+// there; probes of an address that keeps answering read-only are spaced.
+func TestReadOnlyProbeFindsRestartedServer(t *testing.T) {
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	addr, l, c := readOnlyAddr(t, p)
 	_ = c.Close()
+
+	// While the old server still accepts and answers every connection
+	// with the read-only event, the address stays read-only and probes
+	// back off: ~300 ms of asking makes a handful of dials (50, 100,
+	// 200 ms apart), not hundreds.
+	accepted := make(chan net.Conn, 1000)
+	go func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- nc // closed below: the old server keeps them open
+			_, _ = nc.Write(protocol.AppendReadOnly(nil, 1))
+		}
+	}()
+	defer func() {
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	}()
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+		if !p.ReadOnly(addr) {
+			t.Fatal("a probe answered with the read-only event cleared the mark")
+		}
+		time.Sleep(100 * time.Microsecond) // a balancer asking at its call rate
+	}
+	if n := len(accepted); n < 1 || n > 6 {
+		t.Errorf("%d probe dials in 300 ms while the server answered read-only; want 1 to 6", n)
+	}
+
 	_ = l.Close()
 	l2, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("cannot listen again on %s: %v", addr, err)
 	}
 	startServerOn(t, l2, echo, ServerConfig{})
-	for {
-		resp, err := p.RoundTrip(testCtx(t), addr, newRequest("again"))
-		if err == nil {
-			p.Release(resp)
-			break
+	deadline := time.Now().Add(defaultTestTimeout)
+	for p.ReadOnly(addr) {
+		if time.Now().After(deadline) {
+			t.Fatal("the address stayed read-only after a server restarted there, with no call sent to it")
 		}
-		if !errors.Is(err, ErrNotSent) || time.Now().After(deadline) {
-			t.Fatalf("RoundTrip to the restarted address: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond) // until the old connection is seen closed
+		time.Sleep(5 * time.Millisecond) // no hook to await: poll the public API
 	}
-	if p.ReadOnly(addr) {
-		t.Errorf("ReadOnly still true after a fresh connection")
+	resp, err := p.RoundTrip(testCtx(t), addr, newRequest("again"))
+	if err != nil {
+		t.Fatalf("RoundTrip to the restarted address: %v", err)
 	}
+	p.Release(resp)
 }
 
 // Calls with different budgets on one connection each time out on their
