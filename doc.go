@@ -28,8 +28,11 @@
 //	reply, err := inv.Deduct(ctx, &pb.DeductRequest{Sku: "sku-42", Count: 1})
 //
 // A handler's error reaches the caller as status 70 (service error) with the
-// error's text; a handler may choose 40 (bad request) or 60 (not found) by
-// returning a *protocol.Error with that status. The request's deadline
+// error's text; a handler may choose 25 (serialization error), 40 (bad
+// request) or 60 (not found) by returning a *protocol.Error with that
+// status. Any other status, and any status of an error the handler got
+// from a call of its own, reaches the caller as 70: a caller must not take
+// a downstream timeout or overload for one of this server. The request's deadline
 // budget is the handler context's deadline; calls made with that context
 // pass what remains of it on.
 package dabb

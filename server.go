@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -458,10 +459,27 @@ func handlerStatus(err error) (protocol.Status, string) {
 		switch pe.Status {
 		case protocol.StatusSerializationError, protocol.StatusBadRequest,
 			protocol.StatusServiceNotFound, protocol.StatusServiceError:
-			return pe.Status, err.Error()
+			// The status travels in the header: the text leaves out the
+			// "status 60 (service not found)" the error would repeat.
+			return pe.Status, strings.Replace(err.Error(), pe.Error(), bareText(pe), 1)
 		}
 	}
 	return protocol.StatusServiceError, err.Error()
+}
+
+// bareText is an error's text without its status: its message and cause.
+func bareText(pe *protocol.Error) string {
+	s := pe.Msg
+	if pe.Err != nil && pe.Err.Error() != pe.Msg {
+		if s != "" {
+			s += ": "
+		}
+		s += pe.Err.Error()
+	}
+	if s == "" {
+		s = pe.Status.String()
+	}
+	return s
 }
 
 func setError(resp *protocol.Message, s protocol.Status, msg string) {

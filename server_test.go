@@ -74,6 +74,8 @@ func (p *probe) Do(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, e
 		return nil, errors.New("probe: asked to fail")
 	case sku == "bad":
 		return nil, &protocol.Error{Status: protocol.StatusBadRequest, Msg: "probe: asked for a bad request"}
+	case sku == "wrapbad":
+		return nil, fmt.Errorf("probe: looking it up: %w", &protocol.Error{Status: protocol.StatusBadRequest, Msg: "no such sku"})
 	case sku == "relay":
 		time.Sleep(100 * time.Millisecond) // spend some of the budget first
 		return call(ctx, p.relay, "echo", proxy.Timeout(10*time.Second))
@@ -193,7 +195,8 @@ func TestCallOutcomes(t *testing.T) {
 		{"echo", protocol.StatusOK, nil, ""},
 		{"fail", protocol.StatusServiceError, proxy.ErrServiceError, "probe: asked to fail"},
 		{"panic", protocol.StatusServiceError, proxy.ErrServiceError, "panic"},
-		{"bad", protocol.StatusBadRequest, proxy.ErrBadRequest, "asked for a bad request"},
+		{"bad", protocol.StatusBadRequest, proxy.ErrBadRequest, "probe: asked for a bad request"},
+		{"wrapbad", protocol.StatusBadRequest, proxy.ErrBadRequest, "probe: looking it up: no such sku"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.sku, func(t *testing.T) {
@@ -216,6 +219,9 @@ func TestCallOutcomes(t *testing.T) {
 			}
 			if !strings.Contains(pe.Msg, tt.msg) {
 				t.Errorf("message %q does not contain %q", pe.Msg, tt.msg)
+			}
+			if strings.Contains(pe.Msg, "status ") {
+				t.Errorf("message %q repeats a status the header carries", pe.Msg)
 			}
 		})
 	}
