@@ -101,10 +101,15 @@ var (
 	// (100). Safe to retry on another instance.
 	ErrOverloaded = errors.New("overloaded")
 	// ErrBadRequest: the request could not be encoded or understood
-	// (25, 40, 50, 90). Retrying will not help.
+	// (25, 40, 50, 90). Retrying will not help. A 90 that says the caller
+	// gave up (ErrCanceled) is not one.
 	ErrBadRequest = errors.New("bad request")
 	// ErrServiceError: the handler ran and returned an error (70).
 	ErrServiceError = errors.New("service error")
+	// ErrCanceled: the caller gave up, not the request or the server:
+	// its context was cancelled, or it used a closed client (90 with
+	// such a cause; context.Canceled matches the former too).
+	ErrCanceled = errors.New("canceled")
 )
 
 // Error is the error type every layer of dabb creates and inspects: a
@@ -159,13 +164,23 @@ func (e *Error) Is(target error) bool {
 		return e.Status == StatusServerThreadpoolExhausted
 	case ErrBadRequest:
 		switch e.Status {
-		case StatusSerializationError, StatusBadRequest, StatusBadResponse, StatusClientError:
+		case StatusSerializationError, StatusBadRequest, StatusBadResponse:
 			return true
+		case StatusClientError:
+			return !e.canceled()
 		}
 	case ErrServiceError:
 		return e.Status == StatusServiceError
+	case ErrCanceled:
+		return e.canceled()
 	}
 	return false
+}
+
+// canceled reports a 90 whose cause says the caller gave up.
+func (e *Error) canceled() bool {
+	return e.Status == StatusClientError && !e.Remote &&
+		(errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, ErrCanceled))
 }
 
 // StatusOf returns the status an error stands for: StatusOK for nil, the

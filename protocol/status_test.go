@@ -70,6 +70,7 @@ func TestErrorIs(t *testing.T) {
 	sentinels := []error{
 		protocol.ErrTimeout, protocol.ErrUnavailable, protocol.ErrNotFound,
 		protocol.ErrOverloaded, protocol.ErrBadRequest, protocol.ErrServiceError,
+		protocol.ErrCanceled,
 	}
 	tests := []struct {
 		s    protocol.Status
@@ -99,6 +100,33 @@ func TestErrorIs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCanceledIsNotABadRequest: a 90 that says the caller gave up (its
+// context was cancelled, or its client closed) matches ErrCanceled, not
+// ErrBadRequest; one made of a request that could not be encoded is the
+// other way round.
+func TestCanceledIsNotABadRequest(t *testing.T) {
+	closed := errors.New("client closed")
+	tests := []struct {
+		name     string
+		cause    error
+		canceled bool
+	}{
+		{"context cancelled", context.Canceled, true},
+		{"client closed", fmt.Errorf("%w: %w", closed, protocol.ErrCanceled), true},
+		{"encode failed", errors.New("not a proto.Message"), false},
+		{"no cause", nil, false},
+	}
+	for _, tt := range tests {
+		err := fmt.Errorf("call: %w", &protocol.Error{Status: protocol.StatusClientError, Err: tt.cause})
+		if got := errors.Is(err, protocol.ErrCanceled); got != tt.canceled {
+			t.Errorf("%s: errors.Is(err, ErrCanceled) = %v", tt.name, got)
+		}
+		if got := errors.Is(err, protocol.ErrBadRequest); got == tt.canceled {
+			t.Errorf("%s: errors.Is(err, ErrBadRequest) = %v", tt.name, got)
+		}
 	}
 }
 

@@ -42,6 +42,9 @@ var (
 	ErrBadRequest = protocol.ErrBadRequest
 	// ErrServiceError: the method ran and returned an error.
 	ErrServiceError = protocol.ErrServiceError
+	// ErrCanceled: the caller gave up: its context was cancelled, or the
+	// client was closed.
+	ErrCanceled = protocol.ErrCanceled
 	// ErrNotSent: the request provably never left this process (no
 	// instance, no connection, budget spent before sending): whatever the
 	// method, it is safe to try again.
@@ -240,7 +243,8 @@ func (c *Client) Invoke(ctx context.Context, service, method string, req, resp a
 	var err error
 	switch {
 	case c.closed.Load():
-		err = &protocol.Error{Status: protocol.StatusClientError, Msg: "client closed", Err: transport.ErrNotSent}
+		err = &protocol.Error{Status: protocol.StatusClientError, Msg: "client closed",
+			Err: fmt.Errorf("%w: %w", transport.ErrNotSent, protocol.ErrCanceled)}
 	case c.codecEr != nil:
 		err = &protocol.Error{Status: protocol.StatusClientError, Msg: "codec " + c.opts.codec, Err: c.codecEr}
 	default:
