@@ -20,7 +20,8 @@
 // rounds, so that the machine's drift over minutes falls on all of them
 // alike. The table reports, per framework and point, the round with the
 // median calls/s, whole; the CSV keeps every round. Rounds after the
-// first warm up for half of -warmup, at least 250ms.
+// first warm up for half of -warmup, at least 250ms. A window in which no
+// call completes for 30 s (a lost reply) stops the run with an error.
 //
 // With -cpuprofile DIR, each framework's server writes its CPU profile
 // there (go tool pprof DIR/dabb-server.pprof), and the client process,

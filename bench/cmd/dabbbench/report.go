@@ -234,7 +234,7 @@ func writeMarkdown(w io.Writer, res *results, chart string) {
 			fmtSpread(res, p), fmtDur(p.P50), fmtDur(p.P99), fmtDur(p.P999), p.per100k(p.ClientCPU), p.per100k(p.ServerCPU), sys, errs)
 	}
 	if cfg.rounds > 1 {
-		fmt.Fprintln(w, "\nEach row is the round with the median calls/s, whole; spread is (max − min) ÷ median of the rounds' calls/s; errors count every round.")
+		fmt.Fprintln(w, "\nEach row is the round with the median calls/s, whole; spread is (max − min) ÷ median of the rounds' calls/s; errors count every round, warm-ups included.")
 	}
 	if len(uncounted) > 0 {
 		fmt.Fprintf(w, "\nWrites n/a: %s %s with sendmsg, which /proc/self/io does not count (it counts read, readv, write and writev).\n",
@@ -364,7 +364,8 @@ func pivot(w io.Writer, res *results, cell func(point) string) {
 // point); large_calls and large_p99_us of the 1 MiB ones. The CPU and
 // system call columns are per call of all calls of the window, calls +
 // large_calls: the processes' CPU and system calls cannot be split
-// between the two.
+// between the two. errors counts the failed calls of the window and of
+// its warm-up; first_error says when the first was outside the window.
 var csvHeader = []string{"framework", "payload", "c", "large", "calls", "window_s", "calls_per_s",
 	"p50_us", "p99_us", "p999_us", "max_us", "client_cpu_s_per_100k", "server_cpu_s_per_100k",
 	"cpu_us_per_call", "client_reads_per_call", "client_writes_per_call",

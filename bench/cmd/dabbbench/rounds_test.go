@@ -179,7 +179,8 @@ func TestSelectMedians(t *testing.T) {
 
 // TestSweep runs the sweep with a stand-in for the measurement: it checks
 // the interleaving and rotation, the shorter warm-up of later rounds, the
-// progress lines, and that a framework whose window fails is dropped.
+// progress lines, that a framework whose window fails is dropped, and that
+// a window that stalls ends the sweep.
 func TestSweep(t *testing.T) {
 	cfg, err := parseFlags([]string{"-frameworks", "dabb,grpc,raw", "-c", "1,2", "-mix=false", "-rounds", "3",
 		"-warmup", "1s", "-duration", "2s", "-allocs=false"})
@@ -189,9 +190,11 @@ func TestSweep(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		failAt   string // "framework round label" of the failing window, or ""
+		stall    bool   // the failing window stalls (errStalled)
 		want     []string
 		wantLast string // the last progress line's counter
-		wantErr  string
+		wantErr  string // grpc's err
+		sweepErr string // sweep's error, or ""
 	}{
 		{
 			name: "all measured",
@@ -213,6 +216,18 @@ func TestSweep(t *testing.T) {
 			wantLast: "[15/15] round 3/3 c=2 dabb",
 			wantErr:  "dropped in round 2/3 at c=1: stand-in failure",
 		},
+		{
+			name:   "grpc stalls in round 2: the sweep stops",
+			failAt: "grpc 2 c=1",
+			stall:  true,
+			want: []string{
+				"1 c=1 dabb", "1 c=1 grpc", "1 c=1 raw", "1 c=2 dabb", "1 c=2 grpc", "1 c=2 raw",
+				"2 c=1 grpc",
+			},
+			wantLast: "[7/18] round 2/3 c=1 grpc",
+			wantErr:  "stalled in round 2/3 at c=1: dabbbench: no call completed",
+			sweepErr: "dabbbench: grpc: stalled in round 2/3 at c=1: dabbbench: no call completed for 30s in the window",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ents []*entrant
@@ -228,12 +243,23 @@ func TestSweep(t *testing.T) {
 					t.Errorf("round %d: warm-up %v and window %v, want %v and %v", w.round, w.warmup, w.duration, want, cfg.duration)
 				}
 				if fmt.Sprintf("%s %d %s", e.f.Name, w.round, w.label) == tc.failAt {
+					if tc.stall {
+						return point{}, fmt.Errorf("%w for 30s in the window", errStalled)
+					}
 					return point{}, errors.New("stand-in failure")
 				}
 				return point{Payload: w.payload, C: w.c, Calls: 100, Window: time.Second}, nil
 			}
-			pts := sweep(ents, cfg, prog, measure)
+			pts, err := sweep(ents, cfg, prog, measure)
 			prog.stop()
+			if tc.sweepErr == "" && err != nil || tc.sweepErr != "" && (!errors.Is(err, errStalled) || !strings.Contains(err.Error(), tc.sweepErr)) {
+				t.Errorf("sweep's error %v, want %q", err, tc.sweepErr)
+			}
+			for _, e := range ents {
+				if e.stalled != (tc.stall && e.f.Name == "grpc") {
+					t.Errorf("%s marked stalled = %v", e.f.Name, e.stalled)
+				}
+			}
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("windows\n%q\nwant\n%q", got, tc.want)
 			}

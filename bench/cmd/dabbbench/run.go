@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -113,6 +114,10 @@ func run(cfg config, stdout, stderr io.Writer) error {
 	var ents []*entrant
 	defer func() {
 		for _, e := range ents {
+			if e.stalled {
+				e.closeWithin(10 * time.Second) // its client may hang in Close too
+				continue
+			}
 			e.close()
 		}
 	}()
@@ -126,7 +131,8 @@ func run(cfg config, stdout, stderr io.Writer) error {
 		}
 		ents = append(ents, e)
 	}
-	res.points = sweep(ents, cfg, prog, func(e *entrant, w window) (point, error) {
+	var err error
+	res.points, err = sweep(ents, cfg, prog, func(e *entrant, w window) (point, error) {
 		if d := settle(ents); d >= settleMax {
 			prog.logf("the processes were not quiet after %v; measuring %s anyway", d, e.f.Name)
 		} else if d > 3*settleProbe {
@@ -134,6 +140,9 @@ func run(cfg config, stdout, stderr io.Writer) error {
 		}
 		return measureEntrant(e, w)
 	})
+	if err != nil {
+		return fmt.Errorf("%w; the run stops, no results written", err)
+	}
 	for _, e := range ents {
 		e.close() // before the allocation benchmarks, which want the CPUs
 		if e.err != nil {
@@ -174,6 +183,9 @@ type entrant struct {
 	ch     *child
 	client frameworks.Client
 	err    error // why it was dropped from the sweep; nil while it runs
+	// stalled is set when a window of it stalled (errStalled): its
+	// callers may still be blocked in the client
+	stalled bool
 }
 
 // close closes the client and stops the server process; it may be called
@@ -186,6 +198,16 @@ func (e *entrant) close() {
 	if e.ch != nil {
 		e.ch.stop()
 		e.ch = nil
+	}
+}
+
+// closeWithin closes e like close, but returns after d even if closing
+// has not finished.
+func (e *entrant) closeWithin(d time.Duration) {
+	done := doneWhen(e.close)
+	select {
+	case <-done:
+	case <-time.After(d):
 	}
 }
 
@@ -233,9 +255,11 @@ type measureFunc func(e *entrant, w window) (point, error)
 // sweep measures every point of cfg on every entrant, -rounds times: in
 // each round, point after point, each entrant in turn, round r starting
 // at entrant r mod n (rotation). An entrant whose window fails is closed,
-// gets its err set and is left out of the later windows. It returns every
+// gets its err set and is left out of the later windows. A window that
+// stalls (errStalled) ends the sweep: its entrant is marked stalled, and
+// sweep returns the windows so far with the error. It returns every
 // window measured, in order, with its round set.
-func sweep(ents []*entrant, cfg config, prog *progress, measure measureFunc) []point {
+func sweep(ents []*entrant, cfg config, prog *progress, measure measureFunc) ([]point, error) {
 	specs := cfg.specs()
 	var pts []point
 	for r := range cfg.rounds {
@@ -249,6 +273,11 @@ func sweep(ents []*entrant, cfg config, prog *progress, measure measureFunc) []p
 				prog.begin(r+1, cfg.rounds, s.label, e.f.Name, warm+cfg.duration)
 				p, err := measure(e, window{round: r + 1, spec: s, warmup: warm, duration: cfg.duration})
 				prog.end()
+				if errors.Is(err, errStalled) {
+					e.err, e.stalled = fmt.Errorf("stalled in round %d/%d at %s: %w", r+1, cfg.rounds, s.label, err), true
+					prog.logf("%s: %v", e.f.Name, e.err)
+					return pts, fmt.Errorf("dabbbench: %s: %w", e.f.Name, e.err)
+				}
 				if err != nil {
 					e.err = fmt.Errorf("dropped in round %d/%d at %s: %w", r+1, cfg.rounds, s.label, err)
 					e.close()
@@ -263,7 +292,7 @@ func sweep(ents []*entrant, cfg config, prog *progress, measure measureFunc) []p
 			}
 		}
 	}
-	return pts
+	return pts, nil
 }
 
 // rotation returns the order in which round r (from 0) visits n
@@ -293,23 +322,43 @@ func measureEntrant(e *entrant, w window) (point, error) {
 
 // worker is one calling goroutine's tallies.
 type worker struct {
+	done  atomic.Uint64 // calls completed, failed or not, also outside the window: for the stall watch
 	h     hist.Histogram
 	calls uint64
-	errs  uint64
+	errs  uint64 // failed calls in the window
 	first error
+	// failed calls outside the window: in the warm-up, or ending after
+	// it; the first of them, and where ("in the warm-up", "after the
+	// window")
+	otherErrs  uint64
+	otherFirst error
+	otherWhere string
 }
 
 // measure runs s.c goroutines (and s.large 1 MiB ones) calling back to
 // back for the warm-up and the window, and returns the window's point.
+// Its Errors also count the calls that failed in the warm-up or ended in
+// an error after the window, and its FirstErr is the window's first
+// error, or else the first of those, saying where. If no call
+// completes for stallLimit, measure returns errStalled at once, leaving
+// the callers to end whenever their calls return.
 func measure(client frameworks.Client, ch *child, s spec, warmup, duration time.Duration) (point, error) {
 	c, large := s.c, s.large
 	var measuring, stop atomic.Bool
 	ctx := context.Background()
 	workers := make([]*worker, c+large)
-	var wg sync.WaitGroup
 	for i := range workers {
-		w := &worker{}
-		workers[i] = w
+		workers[i] = &worker{}
+	}
+	watch := newStallWatch(stallLimit, func() uint64 {
+		var n uint64
+		for _, w := range workers {
+			n += w.done.Load()
+		}
+		return n
+	})
+	var wg sync.WaitGroup
+	for i, w := range workers {
 		size := s.size
 		if i >= c {
 			size = 1 << 20
@@ -325,8 +374,16 @@ func measure(client frameworks.Client, ch *child, s spec, warmup, duration time.
 					err = benchpb.Check(req, reply)
 				}
 				d := time.Since(t0)
+				w.done.Add(1) // the worker's own counter: no cache line shared between callers
 				if !measuring.Load() || stop.Load() {
 					if err != nil {
+						w.otherErrs++
+						if w.otherFirst == nil {
+							w.otherFirst, w.otherWhere = err, "in the warm-up"
+							if measuring.Load() {
+								w.otherWhere = "after the window"
+							}
+						}
 						time.Sleep(time.Millisecond) // do not spin on a broken client
 					}
 					continue
@@ -344,21 +401,31 @@ func measure(client frameworks.Client, ch *child, s spec, warmup, duration time.
 			}
 		}()
 	}
-	time.Sleep(warmup)
+	if err := watch.sleep(warmup, "in the warm-up"); err != nil {
+		stop.Store(true)
+		return point{}, err
+	}
 	runtime.GC() // each window starts from the same heap state
 	srvFrom, err := ch.sample()
 	if err != nil {
 		stop.Store(true)
-		wg.Wait()
+		if werr := watch.wait(doneWhen(wg.Wait), "after the warm-up"); werr != nil {
+			return point{}, fmt.Errorf("%w; %w", err, werr)
+		}
 		return point{}, err
 	}
 	cliFrom, t0 := takeSample(), time.Now()
 	measuring.Store(true)
-	time.Sleep(duration)
+	if err := watch.sleep(duration, "in the window"); err != nil {
+		stop.Store(true)
+		return point{}, err
+	}
 	stop.Store(true)
 	window, cliTo := time.Since(t0), takeSample()
 	srvTo, err := ch.sample()
-	wg.Wait()
+	if werr := watch.wait(doneWhen(wg.Wait), "while the window's last calls finished"); werr != nil {
+		return point{}, werr
+	}
 	if err != nil {
 		return point{}, err
 	}
@@ -366,6 +433,7 @@ func measure(client frameworks.Client, ch *child, s spec, warmup, duration time.
 		Client: cliTo.sub(cliFrom), Server: srvTo.sub(srvFrom)}
 	p.ClientCPU, p.ServerCPU = p.Client.cpu, p.Server.cpu
 	var small, big hist.Histogram
+	var other *worker // the first with an error outside the window
 	for i, w := range workers {
 		if i >= c {
 			big.Merge(&w.h)
@@ -374,14 +442,30 @@ func measure(client frameworks.Client, ch *child, s spec, warmup, duration time.
 			small.Merge(&w.h)
 			p.Calls += w.calls
 		}
-		p.Errors += w.errs
+		p.Errors += w.errs + w.otherErrs
 		if w.first != nil && p.FirstErr == "" {
 			p.FirstErr = w.first.Error()
 		}
+		if other == nil && w.otherFirst != nil {
+			other = w
+		}
+	}
+	if p.FirstErr == "" && other != nil {
+		p.FirstErr = other.otherWhere + ": " + other.otherFirst.Error()
 	}
 	p.P50, p.P99, p.P999, p.Max = small.Quantile(0.5), small.Quantile(0.99), small.Quantile(0.999), small.Max()
 	p.LargeP99 = big.Quantile(0.99)
 	return p, nil
+}
+
+// doneWhen returns a channel that is closed once f has returned.
+func doneWhen(f func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		f()
+		close(done)
+	}()
+	return done
 }
 
 func round(d time.Duration) time.Duration {
