@@ -93,6 +93,9 @@ type Server struct {
 	withdrawErr  error         // written before withdrawn closes
 
 	decoders sync.Pool // *decoder
+	// unknownCodec marks the serialization ids already logged as not
+	// imported: the log says it once per id, the callers every time.
+	unknownCodec [32]atomic.Bool
 }
 
 // NewServer returns a server; it does no I/O.
@@ -417,8 +420,13 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 		setError(resp, protocol.StatusServiceNotFound, "method "+req.Service+"."+req.Method+" not found")
 		return
 	}
-	c, err := codec.ByID(req.Header.Flags().Serialization())
+	id := req.Header.Flags().Serialization()
+	c, err := codec.ByID(id)
 	if err != nil {
+		if !s.unknownCodec[id&31].Swap(true) {
+			s.log.Warn("dabb: a call uses a serialization this server did not import; it is refused (40)",
+				"service", req.Service, "method", req.Method, "err", err)
+		}
 		setError(resp, protocol.StatusBadRequest, err.Error())
 		return
 	}

@@ -324,9 +324,28 @@ func TestNotFound(t *testing.T) {
 	_ = c
 }
 
+// logLines is a concurrency-safe log sink for a test server.
+type logLines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logLines) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
 func TestBadPayloadAndUnknownCodec(t *testing.T) {
 	p := newProbe()
-	_, addr := startServer(t, p)
+	logs := &logLines{}
+	_, addr := startServer(t, p, dabb.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 
@@ -334,9 +353,16 @@ func TestBadPayloadAndUnknownCodec(t *testing.T) {
 	if pe := statusOf(t, err); pe.Status != protocol.StatusBadRequest || !strings.Contains(pe.Msg, "decode Do request") {
 		t.Errorf("undecodable payload: got %v, want status 40 naming the method", err)
 	}
-	err = rawCall(ctx, t, addr, probeDesc.Name, "Do", 9, mustMarshal(t, &pb.StockRequest{Sku: "echo"}))
-	if pe := statusOf(t, err); pe.Status != protocol.StatusBadRequest || !strings.Contains(pe.Msg, "id 9") {
-		t.Errorf("unknown serialization: got %v, want status 40 naming id 9", err)
+	for range 2 {
+		err = rawCall(ctx, t, addr, probeDesc.Name, "Do", 9, mustMarshal(t, &pb.StockRequest{Sku: "echo"}))
+		if pe := statusOf(t, err); pe.Status != protocol.StatusBadRequest || !strings.Contains(pe.Msg, "id 9") {
+			t.Errorf("unknown serialization: got %v, want status 40 naming id 9", err)
+		}
+	}
+	// The server says so in its log too, once per id: the caller may be
+	// a client it never hears of again.
+	if n := logs.count("did not import"); n != 1 {
+		t.Errorf("the server logged an unknown serialization %d times for two calls, want once", n)
 	}
 	if n := p.ran.Load(); n != 0 {
 		t.Errorf("handler ran %d times for requests it could not decode", n)

@@ -83,7 +83,17 @@ func ByID(id byte) (Codec, error) {
 			return c, nil
 		}
 	}
+	if pkg, ok := knownIDs[id]; ok {
+		return nil, fmt.Errorf("%w: id %d: import _ %q to enable it", ErrUnknown, id, pkg)
+	}
 	return nil, fmt.Errorf("%w: id %d", ErrUnknown, id)
+}
+
+// knownIDs names the packages of dabb's own codecs, for the error of a
+// process that receives one it did not import.
+var knownIDs = map[byte]string{
+	16: "github.com/dabbrpc/dabb/codec/json",
+	22: "github.com/dabbrpc/dabb/codec/proto",
 }
 
 // ByName returns the codec registered under name, or an error wrapping

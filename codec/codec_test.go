@@ -176,3 +176,20 @@ func TestLookupDuringRegister(t *testing.T) {
 		t.Errorf("ByName(%q) = %v, %v after Register", c.name, got, err)
 	}
 }
+
+// TestUnknownIDNamesItsPackage: an id of one of dabb's own codecs that
+// was not imported says which package to import.
+func TestUnknownIDNamesItsPackage(t *testing.T) {
+	_, err := codec.ByID(16) // codec/json, not imported by this test
+	if !errors.Is(err, codec.ErrUnknown) || !strings.Contains(err.Error(), "github.com/dabbrpc/dabb/codec/json") {
+		t.Errorf("ByID(16) = %v; want ErrUnknown naming the codec/json package", err)
+	}
+	for id := byte(0); id < 32; id++ {
+		if id == 16 || id == 22 {
+			continue
+		}
+		if _, err := codec.ByID(id); err != nil && strings.Contains(err.Error(), "import") {
+			t.Errorf("ByID(%d) = %v; want a plain ErrUnknown", id, err)
+		}
+	}
+}

@@ -30,7 +30,9 @@ const ID byte = 22
 const Name = "proto"
 
 // ErrNotMessage is returned (wrapped, naming the Go type) when a value is
-// not a proto.Message, or is a nil message.
+// not a proto.Message, or when Unmarshal is given a nil message to decode
+// into. A nil message pointer marshals as the empty message, as protobuf-go
+// itself does, so a nil request or a handler's nil reply travels empty.
 var ErrNotMessage = errors.New("codec/proto: not a proto.Message")
 
 func init() { codec.Register(Codec{}) }
@@ -56,7 +58,7 @@ func (Codec) Name() string { return Name }
 func (Codec) Marshal(dst []byte, v any) ([]byte, error) {
 	m, ok := v.(pb.Message)
 	if !ok {
-		return dst, fmt.Errorf("%w: marshal %T", ErrNotMessage, v)
+		return dst, fmt.Errorf("%w: marshal %T (for plain Go types use another codec, e.g. proxy.WithCodec(\"json\"))", ErrNotMessage, v)
 	}
 	// Size fills the message's size cache, which MarshalAppend would
 	// compute anyway; with UseCachedSize it is not computed twice.
