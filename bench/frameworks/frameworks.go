@@ -41,6 +41,10 @@ type Framework struct {
 	// counts write system calls, counts write and writev but not sendmsg,
 	// so the framework's writes would read 0.
 	UncountedWrites bool
+	// AdapterAllocs, if set, says what this package's adapter allocates
+	// on top of the framework's own work, which the in-process allocation
+	// counts include; it completes "<name>'s row includes ...".
+	AdapterAllocs string
 }
 
 // Client calls Echo.

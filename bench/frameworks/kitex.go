@@ -29,6 +29,9 @@ func Kitex() Framework {
 		// netpoll writes with sendmsg (and reads with readv, which is
 		// counted).
 		UncountedWrites: true,
+		// The Client interface returns benchpb's type, and the generated
+		// EchoResult allocates its own message for every reply.
+		AdapterAllocs: "one allocation per call made by the bench's adapter, not by Kitex: the reply copied from Kitex's generated type into benchpb's",
 	}
 }
 
@@ -89,6 +92,7 @@ func (c *kitexClient) Echo(ctx context.Context, req *benchpb.BenchmarkMessage) (
 	if err != nil {
 		return nil, err
 	}
+	// One allocation more than Kitex's own (Framework.AdapterAllocs).
 	reply := new(benchpb.BenchmarkMessage)
 	fromKitex(reply, result.GetSuccess())
 	return reply, nil

@@ -358,6 +358,13 @@ func writeAllocs(w io.Writer, res *results, raw string) {
 	if fl := a.floor; fl != nil {
 		fmt.Fprintf(w, "| codec floor (`BenchmarkCodecFloor`) | %d | %d | | |\n", fl.AllocsPerOp, fl.BytesPerOp)
 	}
+	for _, f := range res.cfg.frameworks {
+		_, ok1 := a.echo[f.Name]
+		_, ok2 := a.parallel[f.Name]
+		if f.AdapterAllocs != "" && (ok1 || ok2) {
+			fmt.Fprintf(w, "\n%s's row includes %s.\n", f.Name, f.AdapterAllocs)
+		}
+	}
 }
 
 // inprocText is the content of inproc.txt: go test's output, or the

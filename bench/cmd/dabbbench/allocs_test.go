@@ -328,6 +328,37 @@ func TestWriteAllocs(t *testing.T) {
 	}
 }
 
+// TestWriteAllocsAdapterNote: a framework whose adapter allocates on top
+// of the framework (Kitex's converts the reply) gets a line under the
+// table saying so, when its row was measured.
+func TestWriteAllocsAdapterNote(t *testing.T) {
+	const kitexLines = "BenchmarkEcho/kitex-2\t23643\t50928 ns/op\t6338 B/op\t52 allocs/op\n" +
+		"BenchmarkEchoParallel/kitex-2\t84565\t12706 ns/op\t64.00 goroutines\t6114 B/op\t45 allocs/op\n"
+	for _, tc := range []struct {
+		name, frameworks, input string
+		note                    bool
+	}{
+		{"kitex measured", "dabb,kitex", sampleInproc + kitexLines, true},
+		{"kitex not measured", "dabb,kitex", sampleInproc, false},
+		{"kitex not run", "dabb,raw", sampleInproc + kitexLines, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parseFlags([]string{"-frameworks", tc.frameworks, "-c", "1", "-mix=false"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := &allocResults{command: "go test -bench x"}
+			parseAllocs(a, strings.NewReader(tc.input), cfg.frameworkNames())
+			var b strings.Builder
+			writeAllocs(&b, &results{cfg: cfg, allocs: a}, "results/inproc.txt")
+			const note = "\nkitex's row includes one allocation per call made by the bench's adapter, not by Kitex: the reply copied from Kitex's generated type into benchpb's.\n"
+			if got := strings.Contains(b.String(), note); got != tc.note {
+				t.Errorf("note present = %v, want %v:\n%s", got, tc.note, b.String())
+			}
+		})
+	}
+}
+
 func TestFindBenchModule(t *testing.T) {
 	root := t.TempDir()
 	bench := filepath.Join(root, "bench")
