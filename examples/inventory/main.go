@@ -224,16 +224,16 @@ func runDemo(ctx context.Context, w io.Writer, cfg config) error {
 	}
 	after := snapshot(ins)
 	if len(ins) > 1 {
-		fmt.Fprintf(w, "after %d calls, %s shut down gracefully (withdrawn from the registry, then drained)\n", cfg.calls, victim.addr)
+		fmt.Fprintf(w, "halfway through the %d requests, %s shut down gracefully (withdrawn from the registry, then drained)\n", 2*cfg.calls, victim.addr)
 	}
 
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "instance\tcalls before\tcalls after\t")
+	fmt.Fprintln(tw, "instance\tcalls served before\tfrom then on\t")
 	for _, in := range ins {
 		note := ""
 		if in == victim && len(ins) > 1 {
-			note = "  (shut down)"
+			note = "  (shut down: those that were already on their way)"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", in.addr, before[in.addr], after[in.addr]-before[in.addr], note)
 	}
