@@ -13,9 +13,11 @@ import (
 
 // The server process speaks to its parent in lines on stdin and stdout:
 // it prints "<prefix> addr HOST:PORT" once it listens, answers each
-// "cpu" line with "<prefix> cpu NANOSECONDS" (its own getrusage), and
-// exits when stdin closes. Lines without the prefix are ignored by the
-// parent.
+// "sample" line with "<prefix> sample CPU_NS READS WRITES" (its own
+// getrusage CPU time in nanoseconds and its read and write system calls
+// from /proc/self/io; see sample), answers any other non-empty line with
+// "<prefix> error unknown command ...", and exits when stdin closes. Lines
+// without the prefix are ignored by the parent.
 const ctlPrefix = "dabbbench-server"
 
 // serverMain runs the server process: args are its flags.
