@@ -544,6 +544,9 @@ var errStillReadOnly = errors.New("transport: the address answered with the read
 func (e *endpoint) verify(nc net.Conn) error {
 	_ = nc.SetDeadline(time.Now().Add(e.p.cfg.DialTimeout))
 	defer nc.SetDeadline(time.Time{})
+	// Pool.Close waits for this goroutine: it must not wait out the timeout.
+	stop := context.AfterFunc(e.p.ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	if _, err := nc.Write(protocol.AppendHeartbeat(nil, 1)); err != nil {
 		return fmt.Errorf("transport: probe %s: %w", e.addr, err)
 	}

@@ -847,3 +847,46 @@ func TestTimeoutsOfDifferentBudgets(t *testing.T) {
 	}
 	p.Release(resp)
 }
+
+// TestCloseDuringProbe: a probe waiting for a heartbeat answer that never
+// comes does not hold Pool.Close for the dial timeout.
+func TestCloseDuringProbe(t *testing.T) {
+	p := NewPool(Config{ConnsPerAddr: 1, DialTimeout: time.Minute, Logger: quietLogger()})
+	addr, l, c := readOnlyAddr(t, p)
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- nc // a server that accepts and never answers
+		}
+	}()
+	_ = c.Close()
+	deadline := time.Now().Add(defaultTestTimeout)
+	var probe net.Conn
+	for probe == nil {
+		p.ReadOnly(addr) // starts the probe once the old connection is seen closed
+		select {
+		case probe = <-accepted:
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no probe dial came")
+		}
+	}
+	defer probe.Close()
+	start := time.Now()
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Close took %v with a probe waiting for its heartbeat answer", d)
+	}
+	_ = l.Close()
+	for nc := range accepted {
+		nc.Close()
+	}
+}
