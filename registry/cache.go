@@ -1,11 +1,14 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,7 +86,7 @@ type Cache struct {
 	log    *slog.Logger
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	work   tracker // the watch goroutines, loads and first calls of subscribers
 	group  singleflight.Group
 	closed atomic.Bool
 
@@ -139,6 +142,7 @@ func NewCache(r Registry, cfg CacheConfig) *Cache {
 		log:     log,
 		ctx:     ctx,
 		cancel:  cancel,
+		work:    tracker{running: make(map[int64]int), changed: make(chan struct{})},
 		entries: make(map[string]*cacheEntry),
 		snap:    snapshotStore{path: cfg.SnapshotPath, log: log},
 	}
@@ -184,8 +188,15 @@ func (c *Cache) slowInstances(ctx context.Context, service string) ([]Instance, 
 }
 
 // load waits for the first list of a service, falling back to the
-// snapshot when the registry does not answer.
+// snapshot when the registry does not answer. It runs on a goroutine of
+// its own and may call subscribers (with the snapshot's list): Close
+// waits for it.
 func (c *Cache) load(service string) ([]Instance, error) {
+	id, ok := c.work.enter()
+	if !ok {
+		return nil, ErrClosed
+	}
+	defer c.work.exit(id)
 	e, err := c.entry(service)
 	if err != nil {
 		return nil, err
@@ -271,8 +282,10 @@ func (c *Cache) entry(service string) (*cacheEntry, error) {
 		failed:  make(chan struct{}),
 		subs:    make(map[*subscription]struct{}),
 	}
+	if !c.work.reserve() {
+		return nil, ErrClosed
+	}
 	c.entries[service] = e
-	c.wg.Add(1)
 	go c.watch(e)
 	return e, nil
 }
@@ -280,7 +293,7 @@ func (c *Cache) entry(service string) (*cacheEntry, error) {
 // watch follows one service until Close, watching again with backoff
 // after each failure.
 func (c *Cache) watch(e *cacheEntry) {
-	defer c.wg.Done()
+	defer c.work.exit(c.work.adopt())
 	delay := c.cfg.MinRetryDelay
 	for {
 		ctx, cancel := context.WithTimeout(c.ctx, watchCallTimeout)
@@ -426,9 +439,9 @@ func (c *Cache) state(service string) *cacheState {
 // at once with the current list if one is known, then from the service's
 // watch goroutine. Calls never overlap and never go back to an older list;
 // fn must return quickly and must not modify the slice. It may call the
-// Cache, and unsubscribe. Subscribe starts
-// the watch of the service if no lookup did. Call the returned function to
-// stop the calls.
+// Cache, Close included, and unsubscribe. Subscribe starts the watch of
+// the service if no lookup did. Call the returned function to stop the
+// calls; no call starts after Close.
 func (c *Cache) Subscribe(service string, fn func([]Instance)) (unsubscribe func(), err error) {
 	if fn == nil {
 		return nil, fmt.Errorf("registry: cache: Subscribe(%s) with a nil func: %w", service, ErrInvalid)
@@ -440,20 +453,29 @@ func (c *Cache) Subscribe(service string, fn func([]Instance)) (unsubscribe func
 	if err != nil {
 		return nil, err
 	}
-	s := &subscription{fn: fn}
+	s := &subscription{c: c, fn: fn, turn: make(chan struct{}, 1)}
+	unsubscribe = func() {
+		s.done.Store(true)
+		e.mu.Lock()
+		delete(e.subs, s)
+		e.mu.Unlock()
+	}
 	e.mu.Lock()
 	e.subs[s] = struct{}{}
 	st := e.state.Load()
 	e.mu.Unlock()
 	if st != nil {
+		// The first call runs on the caller's goroutine, which Close
+		// must wait for as it waits for the watch goroutines.
+		id, ok := c.work.enter()
+		if !ok {
+			unsubscribe()
+			return nil, ErrClosed
+		}
 		s.deliver(st)
+		c.work.exit(id)
 	}
-	return func() {
-		s.done.Store(true)
-		e.mu.Lock()
-		delete(e.subs, s)
-		e.mu.Unlock()
-	}, nil
+	return unsubscribe, nil
 }
 
 // publish delivers st to the subscribers.
@@ -470,25 +492,42 @@ func (e *cacheEntry) publish(st *cacheState) {
 }
 
 type subscription struct {
+	c    *Cache
 	fn   func([]Instance)
 	done atomic.Bool // unsubscribed
 
-	mu      sync.Mutex // guards version; held during fn
-	version uint64     // of the last list delivered
+	// turn, a lock that Close can interrupt, is held during fn and
+	// guards version: a goroutine waiting for it gives up at Close, so
+	// that a callback calling Close does not wait for a goroutine that
+	// waits for the callback.
+	turn    chan struct{}
+	version uint64 // of the last list delivered
 }
 
+// deliver calls fn with st, unless fn had it or a newer list already, or
+// the cache is closed. It is called only from goroutines Close waits for
+// (but the one calling Close): no call starts once Close has returned.
 func (s *subscription) deliver(st *cacheState) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done.Load() || st.version <= s.version {
+	select {
+	case s.turn <- struct{}{}:
+	case <-s.c.ctx.Done():
+		return
+	}
+	defer func() { <-s.turn }()
+	if s.done.Load() || s.c.closed.Load() || st.version <= s.version {
 		return
 	}
 	s.version = st.version
 	s.fn(st.instances)
 }
 
-// Close stops every watch and waits for the goroutines to end. Later
-// lookups return ErrClosed. It does not close the registry.
+// Close stops every watch and waits for the cache's goroutines to end,
+// and for the subscriber calls in progress to return. Later lookups
+// return ErrClosed. It does not close the registry.
+//
+// A subscriber may call Close: Close then waits for everything but the
+// goroutine it is called on, which ends once the subscriber returns; no
+// other subscriber is called on it.
 func (c *Cache) Close() error {
 	c.mu.Lock()
 	if c.closed.Load() {
@@ -497,7 +536,102 @@ func (c *Cache) Close() error {
 	}
 	c.closed.Store(true)
 	c.mu.Unlock()
+	c.work.close()
 	c.cancel()
-	c.wg.Wait()
+	c.work.waitOthers()
 	return nil
+}
+
+// tracker counts, per goroutine, the work of a Cache that may call
+// subscribers: its watch goroutines, its loads and the first calls made
+// by Subscribe. Close waits until none is left but on its own goroutine,
+// so that a subscriber may call it.
+type tracker struct {
+	mu       sync.Mutex // guards following
+	closed   bool
+	starting int           // goroutines reserved but not yet running
+	running  map[int64]int // goroutine ID → pieces of work on it
+	changed  chan struct{} // closed and replaced when a piece ends
+}
+
+// reserve counts a goroutine about to start, which calls adopt first;
+// false once closed.
+func (t *tracker) reserve() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.starting++
+	return true
+}
+
+// adopt moves the calling goroutine, reserved, to running. Pass the ID
+// to exit when it ends.
+func (t *tracker) adopt() int64 {
+	id := goroutineID()
+	t.mu.Lock()
+	t.starting--
+	t.running[id]++
+	t.mu.Unlock()
+	return id
+}
+
+// enter counts work starting on the calling goroutine; false once
+// closed. Pass the ID to exit when it ends.
+func (t *tracker) enter() (int64, bool) {
+	id := goroutineID()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return 0, false
+	}
+	t.running[id]++
+	return id, true
+}
+
+func (t *tracker) exit(id int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.running[id]--; t.running[id] <= 0 {
+		delete(t.running, id)
+	}
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// close refuses new work.
+func (t *tracker) close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+}
+
+// waitOthers waits until no work is left on any goroutine but the
+// caller's.
+func (t *tracker) waitOthers() {
+	me := goroutineID()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for t.starting > 0 || len(t.running) > 1 || len(t.running) == 1 && t.running[me] == 0 {
+		ch := t.changed
+		t.mu.Unlock()
+		<-ch
+		t.mu.Lock()
+	}
+}
+
+// goroutineID returns the ID of the calling goroutine, which the runtime
+// prints at the head of its stack: "goroutine 42 [running]:". It is used
+// only to tell a Close called from a subscriber from one called elsewhere.
+func goroutineID() int64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		if id, err := strconv.ParseInt(string(b[:i]), 10, 64); err == nil {
+			return id
+		}
+	}
+	panic(fmt.Sprintf("registry: cannot read the goroutine ID from %q", buf[:]))
 }

@@ -622,3 +622,170 @@ func TestCacheUnsubscribeFromCallback(t *testing.T) {
 		t.Fatalf("callback called %d times, want 2 (none after unsubscribing)", n)
 	}
 }
+
+// TestCacheCloseFromCallback: a subscriber may close the cache, from its
+// first call (made by Subscribe on the caller's goroutine) or from a later
+// one (made by the service's watch goroutine). Close returns, no call
+// follows, and every goroutine of the cache ends.
+func TestCacheCloseFromCallback(t *testing.T) {
+	tests := []struct {
+		name   string
+		onCall int32 // the call that closes the cache
+	}{
+		{"FirstCall", 1},
+		{"LaterCall", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := goleak.IgnoreCurrent()
+			st := static.New(inst("a.A", "1"))
+			defer st.Close()
+			c := registry.NewCache(st, registry.CacheConfig{Logger: slog.New(slog.DiscardHandler)})
+			lookup(t, c, "a.A")
+			var calls atomic.Int32
+			closed := make(chan error, 1)
+			_, err := c.Subscribe("a.A", func([]registry.Instance) {
+				if calls.Add(1) == tt.onCall {
+					closed <- c.Close()
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustRegister(t, st, inst("a.A", "2"))
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Fatalf("Close from call %d of the subscriber: %v", tt.onCall, err)
+				}
+			case <-time.After(waitTimeout):
+				t.Fatalf("Close from call %d of the subscriber did not return within %v", tt.onCall, waitTimeout)
+			}
+			if _, err := c.Instances(context.Background(), "a.A"); !errors.Is(err, registry.ErrClosed) {
+				t.Fatalf("Instances after Close = %v, want ErrClosed", err)
+			}
+			mustRegister(t, st, inst("a.A", "3"))
+			// goleak waits for the cache's goroutines to end; once they
+			// have, no call can come any more.
+			goleak.VerifyNone(t, before)
+			if n := calls.Load(); n != tt.onCall {
+				t.Fatalf("subscriber called %d times, want %d (none after Close)", n, tt.onCall)
+			}
+		})
+	}
+}
+
+// TestCacheCloseFromCallbackWaitsForOthers: Close called by a subscriber
+// returns only once the calls in progress on other goroutines have
+// returned, as it does when called from anywhere else.
+func TestCacheCloseFromCallbackWaitsForOthers(t *testing.T) {
+	st := static.New(inst("a.A", "1"), inst("b.B", "1"))
+	defer st.Close()
+	c := newCache(t, st, registry.CacheConfig{})
+	lookup(t, c, "a.A")
+	lookup(t, c, "b.B")
+	inB, releaseB := make(chan struct{}), make(chan struct{})
+	var bReturned atomic.Bool
+	_, err := c.Subscribe("b.B", func(ins []registry.Instance) {
+		if len(ins) == 2 {
+			close(inB)
+			<-releaseB
+			bReturned.Store(true)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan bool, 1) // whether b.B's call had returned
+	_, err = c.Subscribe("a.A", func(ins []registry.Instance) {
+		if len(ins) == 2 {
+			c.Close()
+			closed <- bReturned.Load()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRegister(t, st, inst("b.B", "2"))
+	select {
+	case <-inB:
+	case <-time.After(waitTimeout):
+		t.Fatal("b.B's subscriber was not called within 2s")
+	}
+	mustRegister(t, st, inst("a.A", "2"))
+	select {
+	case <-closed:
+		t.Fatal("Close, called by a.A's subscriber, returned while b.B's subscriber was still running")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(releaseB)
+	select {
+	case bDone := <-closed:
+		if !bDone {
+			t.Fatal("Close returned before b.B's subscriber did")
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Close, called by a.A's subscriber, did not return within 2s of b.B's subscriber returning")
+	}
+}
+
+// TestCacheCloseFromFirstCallWhileWatchDelivers: Close called by the
+// first call of a subscriber (on Subscribe's goroutine) returns although
+// the watch goroutine is waiting to call the same subscriber with a newer
+// list: that call is dropped.
+func TestCacheCloseFromFirstCallWhileWatchDelivers(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	st := static.New(inst("a.A", "1"))
+	defer st.Close()
+	c := registry.NewCache(st, registry.CacheConfig{Logger: slog.New(slog.DiscardHandler)})
+	// A subscriber from before the first list: once it has that list,
+	// the watch goroutine is done with it and with its subscribers.
+	first := make(chan struct{}, 10)
+	if _, err := c.Subscribe("a.A", func([]registry.Instance) { first <- struct{}{} }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first:
+	case <-time.After(waitTimeout):
+		t.Fatal("no first list within 2s")
+	}
+	var calls atomic.Int32
+	closed := make(chan error, 1)
+	go func() {
+		_, err := c.Subscribe("a.A", func([]registry.Instance) {
+			if calls.Add(1) > 1 {
+				return
+			}
+			// The watch goroutine takes the new list, then waits to
+			// deliver it to this subscriber, busy here.
+			if err := st.Register(context.Background(), inst("a.A", "2")); err != nil {
+				closed <- err
+				return
+			}
+			deadline := time.Now().Add(waitTimeout)
+			for ins, _ := c.Instances(context.Background(), "a.A"); idsOf(ins) != "1,2"; ins, _ = c.Instances(context.Background(), "a.A") {
+				if time.Now().After(deadline) {
+					closed <- fmt.Errorf("the cache holds [%s] after %v, want [1,2]", idsOf(ins), waitTimeout)
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			closed <- c.Close()
+		})
+		if err != nil {
+			closed <- err
+		}
+	}()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close from the first call: %v", err)
+		}
+	case <-time.After(2 * waitTimeout):
+		t.Fatalf("Close from the first call did not return within %v", 2*waitTimeout)
+	}
+	goleak.VerifyNone(t, before)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("subscriber called %d times, want once (the newer list is dropped at Close)", n)
+	}
+}
