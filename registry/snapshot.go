@@ -28,7 +28,8 @@ type snapshotFile struct {
 // at the first need, and written back whole on every change. Before each
 // write the file is read again, and the services this store never saved
 // are taken as the file has them: another Cache or process sharing the
-// path keeps what it wrote (short of two writes at the same moment).
+// path keeps what it wrote. A lock on its directory (flock, on Unix)
+// keeps two writers' read-and-write from overlapping.
 type snapshotStore struct {
 	path string
 	log  *slog.Logger
@@ -78,6 +79,13 @@ func (s *snapshotStore) save(service string, ins []Instance) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.loadLocked()
+	// Other writers (Caches, processes) wait while this one reads the
+	// file and writes it back; without the lock, write anyway.
+	if unlock, err := lockSnapshot(s.path); err != nil {
+		s.log.Warn("writing the snapshot file without its lock", "path", s.path, "err", err)
+	} else {
+		defer unlock()
+	}
 	if cur, err := readSnapshot(s.path); err == nil {
 		for svc := range s.services {
 			if _, ok := cur[svc]; !ok && !s.mine[svc] {
