@@ -433,23 +433,7 @@ func TestDialFailureAndBackoff(t *testing.T) {
 	}
 
 	// The address comes back: a successful dial resets the backoff.
-	l2, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("cannot listen again on %s: %v", addr, err)
-	}
-	startServerOn(t, l2, echo, ServerConfig{})
-	deadline = time.Now().Add(defaultTestTimeout)
-	for {
-		resp, err := p.RoundTrip(testCtx(t), addr, newRequest("up"))
-		if err == nil {
-			p.Release(resp)
-			break
-		}
-		if !errors.Is(err, ErrNotSent) || time.Now().After(deadline) {
-			t.Fatalf("RoundTrip once the address is back: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond) // waiting out the backoff
-	}
+	serveAgain(t, p, addr, 20*time.Millisecond) // waiting out the backoff
 }
 
 func TestSharedFirstDial(t *testing.T) {
@@ -679,25 +663,33 @@ func TestReadOnlyClearedByFreshDial(t *testing.T) {
 	// The old server goes away and a new one takes the address.
 	_ = c.Close()
 	_ = l.Close()
-	l2, err := net.Listen("tcp", addr)
+	serveAgain(t, p, addr, 5*time.Millisecond) // until the old connection is seen closed
+	if p.ReadOnly(addr) {
+		t.Errorf("ReadOnly still true after a fresh connection")
+	}
+}
+
+// serveAgain starts a server on addr, whose old one went away, and makes
+// calls through p, pace apart, until one succeeds; they may fail only as
+// not sent meanwhile.
+func serveAgain(t *testing.T, p *Pool, addr string, pace time.Duration) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("cannot listen again on %s: %v", addr, err)
 	}
-	startServerOn(t, l2, echo, ServerConfig{})
+	startServerOn(t, l, echo, ServerConfig{})
 	deadline := time.Now().Add(defaultTestTimeout)
 	for {
 		resp, err := p.RoundTrip(testCtx(t), addr, newRequest("again"))
 		if err == nil {
 			p.Release(resp)
-			break
+			return
 		}
 		if !errors.Is(err, ErrNotSent) || time.Now().After(deadline) {
-			t.Fatalf("RoundTrip to the restarted address: %v", err)
+			t.Fatalf("RoundTrip once %s is back: %v", addr, err)
 		}
-		time.Sleep(5 * time.Millisecond) // until the old connection is seen closed
-	}
-	if p.ReadOnly(addr) {
-		t.Errorf("ReadOnly still true after a fresh connection")
+		time.Sleep(pace)
 	}
 }
 
