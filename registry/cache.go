@@ -105,6 +105,7 @@ type cacheEntry struct {
 
 	mu         sync.Mutex // guards following and writes of state
 	lastErr    error
+	refused    bool // the registry refused the service: lastErr wraps ErrInvalid; the watch has ended
 	failLogged bool
 	subs       map[*subscription]struct{}
 }
@@ -155,7 +156,10 @@ func NewCache(r Registry, cfg CacheConfig) *Cache {
 //
 // The result may be stale (the registry is unreachable) or suspect (kept
 // despite an empty push); see Stale and Suspect. It is empty, with a nil
-// error, when the registry says the service has no instances.
+// error, when the registry says the service has no instances. The error
+// wraps ErrInvalid when the name is invalid or the registry refuses it
+// (then the cache does not watch it again), and ErrUnavailable when no
+// instances are known and the registry does not answer.
 func (c *Cache) Instances(ctx context.Context, service string) ([]Instance, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
@@ -213,6 +217,9 @@ func (c *Cache) load(service string) ([]Instance, error) {
 			return e.state.Load().instances, nil
 		case <-failed:
 			failed = nil // try the snapshot now, else wait on
+			if err := e.refusal(); err != nil {
+				return nil, err
+			}
 			if ins, ok := c.fromSnapshot(e); ok {
 				return ins, nil
 			}
@@ -223,6 +230,9 @@ func (c *Cache) load(service string) ([]Instance, error) {
 		}
 		break
 	}
+	if err := e.refusal(); err != nil {
+		return nil, err
+	}
 	if ins, ok := c.fromSnapshot(e); ok {
 		return ins, nil
 	}
@@ -232,7 +242,18 @@ func (c *Cache) load(service string) ([]Instance, error) {
 	if lastErr == nil {
 		lastErr = fmt.Errorf("no answer within %v", c.cfg.InitialTimeout)
 	}
-	return nil, fmt.Errorf("registry: cache: no instances of %s known: %w (%v) and no snapshot holds them", service, ErrUnavailable, lastErr)
+	return nil, fmt.Errorf("registry: cache: no instances of %s known: %w (%w) and no snapshot holds them", service, ErrUnavailable, lastErr)
+}
+
+// refusal returns the error of a registry that refused the service, for
+// good.
+func (e *cacheEntry) refusal() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.refused {
+		return nil
+	}
+	return fmt.Errorf("registry: cache: watching %s: %w", e.service, e.lastErr)
 }
 
 // fromSnapshot installs the snapshot's instances of e's service, unless
@@ -291,7 +312,8 @@ func (c *Cache) entry(service string) (*cacheEntry, error) {
 }
 
 // watch follows one service until Close, watching again with backoff
-// after each failure.
+// after each failure, unless the registry is closed or refuses the
+// service (ErrInvalid): retrying would not help.
 func (c *Cache) watch(e *cacheEntry) {
 	defer c.work.exit(c.work.adopt())
 	delay := c.cfg.MinRetryDelay
@@ -311,6 +333,9 @@ func (c *Cache) watch(e *cacheEntry) {
 			return
 		}
 		c.fail(e, err)
+		if errors.Is(err, ErrInvalid) {
+			return // logged by fail
+		}
 		if errors.Is(err, ErrClosed) {
 			c.log.Error("registry closed under the cache; keeping the last known instances", "service", e.service)
 			return
@@ -384,6 +409,8 @@ func (c *Cache) store(e *cacheEntry, set []Instance) *cacheState {
 }
 
 // fail records a failed watch: the instances are kept and marked stale.
+// An error wrapping ErrInvalid says the registry refuses the service:
+// lookups waiting for a first list return it at once.
 func (c *Cache) fail(e *cacheEntry, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -394,6 +421,16 @@ func (c *Cache) fail(e *cacheEntry, err error) {
 		close(e.failed)
 	}
 	prev := e.state.Load()
+	if errors.Is(err, ErrInvalid) {
+		e.refused = true
+		c.log.Error("the registry refuses the service; not watching it", "service", e.service, "err", err)
+		if prev != nil && !prev.stale {
+			next := *prev
+			next.stale = true
+			e.state.Store(&next)
+		}
+		return
+	}
 	if prev == nil {
 		if !e.failLogged {
 			e.failLogged = true

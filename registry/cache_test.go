@@ -593,6 +593,51 @@ func TestCacheBadInput(t *testing.T) {
 	}
 }
 
+// refusingRegistry refuses every service name in Watch, as a backend
+// does with a name it cannot store, and counts the calls.
+type refusingRegistry struct {
+	registry.Registry
+	watchCalls atomic.Int32
+}
+
+var errRefused = fmt.Errorf("injected refusal: %w", registry.ErrInvalid)
+
+func (r *refusingRegistry) Watch(context.Context, string) (registry.Watcher, error) {
+	r.watchCalls.Add(1)
+	return nil, errRefused
+}
+
+// TestCacheRefusedService: a service the registry refuses (ErrInvalid)
+// is not an outage: Instances returns the refusal at once, wrapped, and
+// the cache does not watch the service again.
+func TestCacheRefusedService(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	st := static.New()
+	defer st.Close()
+	r := &refusingRegistry{Registry: st}
+	const initialTimeout = time.Second
+	c := newCache(t, r, registry.CacheConfig{InitialTimeout: initialTimeout})
+	for i := range 2 {
+		start := time.Now()
+		_, err := c.Instances(context.Background(), "a.A")
+		took := time.Since(start)
+		if !errors.Is(err, errRefused) || errors.Is(err, registry.ErrUnavailable) {
+			t.Fatalf("lookup %d: Instances = %v; want an error wrapping the registry's (registry.ErrInvalid), not registry.ErrUnavailable", i+1, err)
+		}
+		if took >= initialTimeout/2 {
+			t.Fatalf("lookup %d: Instances took %v; want the refusal at once, not after InitialTimeout (%v)", i+1, took, initialTimeout)
+		}
+	}
+	// The watch goroutine has ended: nothing retries the Watch.
+	goleak.VerifyNone(t, before)
+	if n := r.watchCalls.Load(); n != 1 {
+		t.Fatalf("Watch called %d times, want once", n)
+	}
+	if c.Stale("a.A") {
+		t.Fatal("Stale = true for a service with no instances")
+	}
+}
+
 func TestCacheUnsubscribeFromCallback(t *testing.T) {
 	st := static.New(inst("a.A", "1"))
 	defer st.Close()

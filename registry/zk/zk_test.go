@@ -399,6 +399,29 @@ func TestInvalidNamesNeverReachZooKeeper(t *testing.T) {
 	}
 }
 
+// TestCacheRefusedName: a Cache over zk looking up a name that
+// registry.ValidateService accepts and ZooKeeper refuses gets an error
+// wrapping registry.ErrInvalid at once, not an outage after InitialTimeout.
+func TestCacheRefusedName(t *testing.T) {
+	r := newRegistry(t, Config{Servers: []string{deadAddr(t)}, RequestTimeout: 200 * time.Millisecond})
+	const initialTimeout = 2 * time.Second
+	c := registry.NewCache(r, registry.CacheConfig{Logger: slog.New(slog.DiscardHandler), InitialTimeout: initialTimeout})
+	defer c.Close()
+	svc := "svc\u0085" // a C1 control character
+	if err := registry.ValidateService(svc); err != nil {
+		t.Fatalf("registry.ValidateService(%q) = %v; the test needs a name only zk refuses", svc, err)
+	}
+	start := time.Now()
+	_, err := c.Instances(ctxFor(t, 3*initialTimeout), svc)
+	took := time.Since(start)
+	if !errors.Is(err, registry.ErrInvalid) || errors.Is(err, registry.ErrUnavailable) {
+		t.Fatalf("Instances(%q) = %v; want an error wrapping registry.ErrInvalid, not registry.ErrUnavailable", svc, err)
+	}
+	if took >= initialTimeout/2 {
+		t.Fatalf("Instances(%q) took %v; want the refusal at once, not after InitialTimeout (%v)", svc, took, initialTimeout)
+	}
+}
+
 func TestOpenURL(t *testing.T) {
 	good := []struct {
 		url  string
