@@ -386,7 +386,10 @@ func (c *Cache) store(e *cacheEntry, set []Instance) *cacheState {
 		if !prev.suspect {
 			c.log.Warn("registry reports no instances; keeping the last known ones as suspect", "service", e.service, "instances", len(prev.instances))
 		}
-		e.state.Store(&cacheState{instances: prev.instances, version: prev.version, suspect: true})
+		// Instances from the snapshot stay stale: the registry has not
+		// confirmed them.
+		e.state.Store(&cacheState{instances: prev.instances, version: prev.version, suspect: true,
+			snapshot: prev.snapshot, stale: prev.snapshot})
 		return nil
 	}
 	ins := SortedCopy(set)
@@ -449,7 +452,9 @@ func (c *Cache) fail(e *cacheEntry, err error) {
 
 // Stale reports whether the cache holds instances of service that the
 // registry could not confirm lately: it is unreachable, or they came from
-// the snapshot file. It is false for a service never looked up.
+// the snapshot file and the registry has not listed them since (an empty
+// answer kept by ProtectEmpty leaves them stale and suspect). It is false
+// for a service never looked up.
 func (c *Cache) Stale(service string) bool {
 	st := c.state(service)
 	return st != nil && st.stale

@@ -465,6 +465,45 @@ func TestCacheSnapshot(t *testing.T) {
 	}
 }
 
+// TestCacheSnapshotThenEmptyAnswer: instances from the snapshot that the
+// registry, once it answers, does not list are kept (ProtectEmpty) as
+// suspect and stay stale: the registry never confirmed them. Its first
+// non-empty list clears both.
+func TestCacheSnapshotThenEmptyAnswer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "registry.json")
+	if err := os.WriteFile(path, []byte(`{"version":1,"services":{"a.A":[{"service":"a.A","id":"1","addr":"127.0.0.1:1"}]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st := static.New()
+	defer st.Close()
+	f := newFault(st)
+	f.setDown(true)
+	c := newCache(t, f, registry.CacheConfig{SnapshotPath: path, InitialTimeout: 50 * time.Millisecond})
+	if got := idsOf(lookup(t, c, "a.A")); got != "1" {
+		t.Fatalf("Instances from the snapshot = [%s], want [1]", got)
+	}
+	if !c.Stale("a.A") || c.Suspect("a.A") {
+		t.Fatalf("from the snapshot: Stale = %v, Suspect = %v; want true, false", c.Stale("a.A"), c.Suspect("a.A"))
+	}
+	pushes := subscribe(t, c, "a.A")
+	expectPush(t, pushes, "1")
+
+	f.setDown(false) // the registry answers: no instances of a.A
+	eventually(t, "Suspect after the registry's empty answer", func() bool { return c.Suspect("a.A") })
+	if got := idsOf(lookup(t, c, "a.A")); got != "1" {
+		t.Fatalf("Instances after the empty answer = [%s], want the snapshot's [1] kept", got)
+	}
+	if !c.Stale("a.A") {
+		t.Fatal("Stale = false for the snapshot's instances, which the registry has not confirmed")
+	}
+
+	mustRegister(t, st, inst("a.A", "2"))
+	expectPush(t, pushes, "2")
+	if c.Stale("a.A") || c.Suspect("a.A") {
+		t.Fatalf("after a list from the registry: Stale = %v, Suspect = %v; want both false", c.Stale("a.A"), c.Suspect("a.A"))
+	}
+}
+
 // TestSnapshotSharedPath: two caches (or processes) sharing a snapshot
 // file keep each other's services: each write takes the services it does
 // not follow from the file as it is then.
