@@ -71,7 +71,11 @@ type Watcher interface {
 	// Next blocks until the set of instances differs from the one it
 	// last returned (the first call returns the current set at once),
 	// then returns the full set. It returns ctx.Err() when ctx ends and
-	// ErrWatcherStopped after Stop.
+	// ErrWatcherStopped after Stop. When the backend loses the registry
+	// (etcd: the connection; zk: the session, for the session timeout) it
+	// returns an error wrapping ErrUnavailable once, which is how a Cache
+	// learns that its instances are stale; the call after that returns
+	// the full set once the registry answers again.
 	Next(ctx context.Context) ([]Instance, error)
 	// Stop ends the watch; a Next blocked in another goroutine returns.
 	Stop()

@@ -3,15 +3,18 @@ package zk
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/internal/zktest"
+	"github.com/dabbrpc/dabb/registry"
 )
 
-// TestOutageKeepsLastSetAndRecovers: while ZooKeeper is down a watcher
-// keeps its last set and calls fail fast; when it is back the sessions
-// resume and changes flow again.
+// TestOutageKeepsLastSetAndRecovers: while ZooKeeper is down, for less
+// than the session timeout, a watcher keeps its last set quietly and calls
+// fail fast; when it is back the sessions resume and changes flow again.
 func TestOutageKeepsLastSetAndRecovers(t *testing.T) {
 	srv := zktest.Start(t)
 	const requestTimeout = 500 * time.Millisecond
@@ -31,6 +34,7 @@ func TestOutageKeepsLastSetAndRecovers(t *testing.T) {
 	defer w.Stop()
 	waitSet(t, w, time.Second, "before the outage", a)
 
+	stopped := time.Now() // before: the client may see the end first
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	got, err := w.Next(ctx)
@@ -60,7 +64,9 @@ func TestOutageKeepsLastSetAndRecovers(t *testing.T) {
 	if err := provider.Register(ctxFor(t, 10*time.Second), b); err != nil {
 		t.Fatalf("Register after the restart: %v", err)
 	}
-	waitSet(t, w, 5*time.Second, "after the restart", a, b)
+	// A restart slower than the session timeout makes the watcher report
+	// the outage first.
+	waitSetAcrossOutage(t, w, 5*time.Second, "after the restart", stopped, cfg.SessionTimeout, a, b)
 	t.Logf("watcher saw a change %v after ZooKeeper restarted", time.Since(restarted))
 	if err := provider.Deregister(ctxFor(t, 5*time.Second), a); err != nil {
 		t.Fatal(err)
@@ -68,4 +74,116 @@ func TestOutageKeepsLastSetAndRecovers(t *testing.T) {
 	// Not the usual second: a restarted ZooKeeper may still expire a
 	// restored session, after which the keeper restores b on a new one.
 	waitSet(t, w, 5*time.Second, "deregister after the restart", b)
+}
+
+// waitSetAcrossOutage is waitSet for a watcher that may report the outage
+// that began at down: an error wrapping registry.ErrUnavailable, once, and
+// not before the session timeout.
+func waitSetAcrossOutage(t *testing.T, w registry.Watcher, d time.Duration, step string, down time.Time, sessionTimeout time.Duration, want ...registry.Instance) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var last []registry.Instance
+	reported := false
+	for {
+		got, err := w.Next(ctx)
+		if errors.Is(err, registry.ErrUnavailable) && !reported {
+			if since := time.Since(down); since < sessionTimeout {
+				t.Fatalf("%s: the outage was reported %v after it began, before the session timeout (%v)", step, since, sessionTimeout)
+			}
+			reported = true
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: watcher did not reach %v within %v (last: %v, outage reported: %v): %v", step, want, d, last, reported, err)
+		}
+		if registry.EqualSets(got, want) {
+			return
+		}
+		last = got
+	}
+}
+
+// TestWatcherReportsLongOutage: once the session has been down for the
+// session timeout, Next returns an error wrapping registry.ErrUnavailable,
+// once; when ZooKeeper is back it returns the full set again, although the
+// set did not change.
+func TestWatcherReportsLongOutage(t *testing.T) {
+	srv := zktest.Start(t)
+	const sessionTimeout = 2 * time.Second
+	r := newRegistry(t, Config{Servers: []string{srv.Addr()}, SessionTimeout: sessionTimeout, RequestTimeout: 500 * time.Millisecond})
+	w, err := r.Watch(ctxFor(t, 5*time.Second), serviceFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitSet(t, w, time.Second, "before the outage")
+
+	stopped := time.Now() // before: the client may see the end first
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), sessionTimeout+3*time.Second)
+	got, err := w.Next(ctx)
+	cancel()
+	if !errors.Is(err, registry.ErrUnavailable) || !errors.Is(err, ErrNoSession) {
+		t.Fatalf("Next with ZooKeeper down for %v = %v, %v; want an error wrapping ErrNoSession and registry.ErrUnavailable", time.Since(stopped), got, err)
+	}
+	if down := time.Since(stopped); down < sessionTimeout {
+		t.Fatalf("the outage was reported after %v, before the session timeout (%v)", down, sessionTimeout)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	got, err = w.Next(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next after the report, ZooKeeper still down = %v, %v; want the outage reported once (context.DeadlineExceeded)", got, err)
+	}
+
+	srv.Start(t)
+	restarted := time.Now()
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	got, err = w.Next(ctx)
+	cancel()
+	if err != nil || len(got) != 0 {
+		t.Fatalf("Next after the restart = %v, %v; want the full (empty) set again", got, err)
+	}
+	t.Logf("set returned %v after ZooKeeper restarted", time.Since(restarted))
+}
+
+// TestCacheStaleDuringOutage: a Cache over zk says its instances are
+// stale once ZooKeeper has been down for the session timeout, keeps
+// serving them meanwhile, and is not stale once ZooKeeper is back.
+func TestCacheStaleDuringOutage(t *testing.T) {
+	srv := zktest.Start(t)
+	const sessionTimeout = 2 * time.Second
+	cfg := Config{Servers: []string{srv.Addr()}, SessionTimeout: sessionTimeout, RequestTimeout: 500 * time.Millisecond}
+	provider, consumer := newRegistry(t, cfg), newRegistry(t, cfg)
+	svc := serviceFor(t)
+	a := inst(svc, "20001")
+	if err := provider.Register(ctxFor(t, 5*time.Second), a); err != nil {
+		t.Fatal(err)
+	}
+	c := registry.NewCache(consumer, registry.CacheConfig{
+		Logger:        slog.New(slog.DiscardHandler),
+		MinRetryDelay: 50 * time.Millisecond,
+		MaxRetryDelay: 200 * time.Millisecond,
+	})
+	defer c.Close()
+	if ins, err := c.Instances(ctxFor(t, 5*time.Second), svc); err != nil || !registry.EqualSets(ins, []registry.Instance{a}) {
+		t.Fatalf("Instances before the outage = %v, %v; want [%v]", ins, err, a)
+	}
+
+	stopped := time.Now() // before: the client may see the end first
+	srv.Stop()
+	wait.Until(t, sessionTimeout+3*time.Second, 10*time.Millisecond, "Cache.Stale with ZooKeeper down", func() bool { return c.Stale(svc) })
+	if down := time.Since(stopped); down < sessionTimeout {
+		t.Fatalf("Stale after %v, before the session timeout (%v)", down, sessionTimeout)
+	}
+	if ins, err := c.Instances(ctxFor(t, time.Second), svc); err != nil || !registry.EqualSets(ins, []registry.Instance{a}) {
+		t.Fatalf("Instances during the outage = %v, %v; want the last known [%v]", ins, err, a)
+	}
+
+	srv.Start(t)
+	wait.Until(t, 15*time.Second, 10*time.Millisecond, "Cache.Stale to clear after ZooKeeper restarted", func() bool { return !c.Stale(svc) })
+	if ins, err := c.Instances(ctxFor(t, time.Second), svc); err != nil || !registry.EqualSets(ins, []registry.Instance{a}) {
+		t.Fatalf("Instances after the outage = %v, %v; want [%v]", ins, err, a)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dabbrpc/dabb/internal/zktest"
+	"github.com/dabbrpc/dabb/registry"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -101,10 +102,11 @@ func (p *proxy) Restore() {
 }
 
 // TestPartitionLongerThanSession: a client cut off from ZooKeeper longer
-// than its session timeout keeps its watcher's last set while cut off;
-// when the network heals it gets a new session, registers its instance
-// again without being asked, and its watcher catches up with what changed
-// meanwhile.
+// than its session timeout keeps its watcher's last set while cut off, and
+// the watcher reports the outage once it has lasted the session timeout;
+// when the network heals the client gets a new session, registers its
+// instance again without being asked, and its watcher catches up with what
+// changed meanwhile.
 func TestPartitionLongerThanSession(t *testing.T) {
 	srv := zktest.Shared(t)
 	px := startProxy(t, srv.Addr())
@@ -133,6 +135,7 @@ func TestPartitionLongerThanSession(t *testing.T) {
 	waitSet(t, ow, time.Second, "the other client, before the partition", a, c)
 	oldSession := cutOff.conn.SessionID()
 
+	cut := time.Now() // before: the client may see the cut first
 	px.Cut()
 	if err := other.Register(ctxFor(t, 5*time.Second), b); err != nil {
 		t.Fatal(err)
@@ -140,11 +143,15 @@ func TestPartitionLongerThanSession(t *testing.T) {
 	// The cut-off client's node vanishes once the server expires its session.
 	took := waitSet(t, ow, sessionTimeout+3*time.Second, "the cut-off client's session expires", a, b)
 	t.Logf("cut-off client's session expired after %v", took)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// The cut-off watcher reports the outage instead of the new set.
+	ctx, cancel := context.WithDeadline(context.Background(), cut.Add(sessionTimeout+2*time.Second))
 	got, err := w.Next(ctx)
 	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("cut-off watcher returned %v, %v; want its last set kept (context.DeadlineExceeded)", got, err)
+	if !errors.Is(err, registry.ErrUnavailable) {
+		t.Fatalf("cut-off watcher returned %v, %v within %v of the cut; want an error wrapping registry.ErrUnavailable", got, err, sessionTimeout+2*time.Second)
+	}
+	if since := time.Since(cut); since < sessionTimeout {
+		t.Fatalf("cut-off watcher reported the outage %v after the cut, before the session timeout (%v)", since, sessionTimeout)
 	}
 
 	px.Restore()

@@ -34,6 +34,9 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 		ctx:     wctx,
 		cancel:  wcancel,
 		changed: make(chan struct{}),
+		kick:    make(chan struct{}, 1),
+		synced:  true,
+		fresh:   true,
 	}
 	type result struct {
 		list   []registry.Instance
@@ -67,6 +70,11 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 		return nil, fmt.Errorf("zk: watch %s: %w", service, registry.ErrClosed)
 	}
 	r.watchers[w] = struct{}{}
+	if r.down {
+		// The session was lost after the read, and has been down for
+		// long enough already.
+		w.outage()
+	}
 	r.wg.Add(1)
 	go w.run(conn, first.events)
 	return w, nil
@@ -80,23 +88,36 @@ type watcher struct {
 	ctx     context.Context // ends with Stop
 	cancel  context.CancelFunc
 
+	kick chan struct{} // cap 1: wakes run to read the set again after an outage
+
 	mu      sync.Mutex // guards following
 	cur     []registry.Instance
-	changed chan struct{} // closed and replaced when cur changes
+	synced  bool          // cur was read since the last outage
+	down    error         // the outage not yet reported by Next
+	outages int           // counts outages, so that a read that began before one is not taken for after
+	changed chan struct{} // closed and replaced when the fields above change
 	last    []registry.Instance
-	sent    bool // Next has returned a set
+	fresh   bool // Next returns the set even if it is unchanged: at first, and after an outage
 }
 
 // Next returns the current set the first time, then blocks until the set
-// differs from the one it last returned.
+// differs from the one it last returned. When the session has been down
+// for the session timeout it returns an error wrapping ErrNoSession once;
+// the next call returns the full set once the session is back and the set
+// has been read again.
 func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 	for {
 		if w.ctx.Err() != nil {
 			return nil, registry.ErrWatcherStopped
 		}
 		w.mu.Lock()
-		if !w.sent || !registry.EqualSets(w.cur, w.last) {
-			w.last, w.sent = w.cur, true
+		if err := w.down; err != nil {
+			w.down, w.fresh = nil, true
+			w.mu.Unlock()
+			return nil, err
+		}
+		if w.synced && (w.fresh || !registry.EqualSets(w.cur, w.last)) {
+			w.last, w.fresh = w.cur, false
 			out := registry.CloneSet(w.cur)
 			w.mu.Unlock()
 			return out, nil
@@ -121,11 +142,32 @@ func (w *watcher) Stop() {
 	w.r.mu.Unlock()
 }
 
+// outage marks the set as out of date, for Next to report, and makes run
+// read it again once the session is back.
+func (w *watcher) outage() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.synced {
+		return // reported already
+	}
+	w.synced = false
+	w.outages++
+	w.down = fmt.Errorf("zk: watching %s: %w for %v (session timeout)", w.service, ErrNoSession, w.r.cfg.SessionTimeout)
+	close(w.changed)
+	w.changed = make(chan struct{})
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
 // run re-arms the child watch after each event and publishes the set read
 // while re-arming, so a change between the event and the re-arm is not
 // lost. While ZooKeeper is unreachable it keeps the last set: the client
 // restores its watches on reconnection, and a session expiry ends them with
-// an event, after which run waits for the new session and reloads.
+// an event, after which run waits for the new session and reloads. After
+// an outage (see outage) it reads the set again as soon as the session is
+// back, changed or not, for Next to return.
 func (w *watcher) run(conn *zk.Conn, events <-chan zk.Event) {
 	defer w.r.wg.Done()
 	const minDelay, maxDelay = 100 * time.Millisecond, 2 * time.Second
@@ -138,6 +180,8 @@ func (w *watcher) run(conn *zk.Conn, events <-chan zk.Event) {
 			if ev.Type == zk.EventNotWatching {
 				w.r.log.Debug("watch ended by the client; reloading", "path", w.path, "err", ev.Err)
 			}
+		case <-w.kick:
+			w.r.log.Debug("watch: outage; reloading once the session is back", "path", w.path)
 		case <-w.ctx.Done():
 			return
 		}
@@ -145,14 +189,20 @@ func (w *watcher) run(conn *zk.Conn, events <-chan zk.Event) {
 			if err := w.r.waitSession(w.ctx, conn); err != nil {
 				return // stopped or closed
 			}
+			outages := w.outageCount()
 			list, next, err := w.load(conn)
 			if w.ctx.Err() != nil {
 				return
 			}
-			if err == nil {
-				w.publish(list)
+			if err == nil && w.publish(list, outages) {
 				events = next
 				break
+			}
+			if err == nil {
+				// An outage was reported while reading: the list may
+				// be older than it. Read again on the next session.
+				events = next
+				continue
 			}
 			w.r.log.Debug("watch: reload failed; keeping the last set", "path", w.path, "err", err, "retry_in", delay)
 			retry.Reset(delay)
@@ -222,15 +272,27 @@ func (w *watcher) decode(child string, data []byte) (registry.Instance, bool) {
 	return in, true
 }
 
-// publish makes list the current set if it differs from it.
-func (w *watcher) publish(list []registry.Instance) {
+func (w *watcher) outageCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if registry.EqualSets(w.cur, list) {
-		return
+	return w.outages
+}
+
+// publish makes list, read after the outages-th outage, the current set
+// if it differs from it or the set was out of date. It returns false when
+// an outage was reported since: list may be older than it.
+func (w *watcher) publish(list []registry.Instance, outages int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.outages != outages {
+		return false
 	}
-	w.cur = list
-	w.r.log.Debug("watch: set changed", "path", w.path, "instances", len(list))
+	if w.synced && registry.EqualSets(w.cur, list) {
+		return true
+	}
+	w.cur, w.synced = list, true
+	w.r.log.Debug("watch: set read", "path", w.path, "instances", len(list))
 	close(w.changed)
 	w.changed = make(chan struct{})
+	return true
 }

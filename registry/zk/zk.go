@@ -30,7 +30,12 @@
 // for a live session at most until its context ends or
 // [Config.RequestTimeout] passes, so a ZooKeeper that is down makes calls
 // fail, never hang. A watcher keeps its last set while ZooKeeper is
-// unreachable and resumes when the session is back.
+// unreachable and resumes when the session is back. When the session has
+// been down for [Config.SessionTimeout] (by then ZooKeeper has expired it,
+// unless only this client was cut off, and the set may have changed
+// unseen), Next returns an error wrapping [ErrNoSession], and so
+// registry.ErrUnavailable, once; the call after that returns the full set
+// as soon as a session is back and the set has been read again.
 package zk
 
 import (
@@ -83,7 +88,8 @@ type Config struct {
 	// default 10 s. An instance whose owner dies disappears after it.
 	// Divided by the number of servers, it also bounds each connection
 	// handshake, so a server that accepts connections but does not answer
-	// delays the move to the next one by that much at most.
+	// delays the move to the next one by that much at most. A watcher
+	// reports an outage once the session has been down for that long.
 	SessionTimeout time.Duration
 	// RequestTimeout bounds each call (Register, Deregister, Watch) when
 	// its context has no earlier deadline, the wait for a session
@@ -118,6 +124,10 @@ type Registry struct {
 	sessions map[int64]bool               // the sessions we wrote nodes in: an owner that is not one is another process
 	repairs  map[string]int               // node paths for the guard → failed attempts
 	watchers map[*watcher]struct{}
+	live     bool        // the client has a session (as of its last session event)
+	down     bool        // the session has been down for SessionTimeout: watchers reported it
+	downAt   *time.Timer // reports the outage to the watchers once the session has been down for SessionTimeout
+	downs    int         // counts session losses; downAt reports only the latest
 
 	// Goroutines: the session event reader, the keeper, the guard, watchers and
 	// requests outliving their caller's context. Close waits for them.
@@ -299,6 +309,9 @@ func (r *Registry) Close() error {
 	}
 	r.closed = true
 	close(r.done)
+	if r.downAt != nil {
+		r.downAt.Stop()
+	}
 	conn, dialing := r.conn, r.dialing
 	watchers := make([]*watcher, 0, len(r.watchers))
 	for w := range r.watchers {
@@ -534,9 +547,43 @@ func (r *Registry) onEvent(ev zk.Event) {
 	r.mu.Lock()
 	close(r.stateCh)
 	r.stateCh = make(chan struct{})
+	switch {
+	case ev.State == zk.StateHasSession:
+		r.live, r.down = true, false
+		if r.downAt != nil {
+			r.downAt.Stop()
+			r.downAt = nil
+		}
+	case r.live && !r.closed:
+		r.live = false
+		r.downs++
+		n := r.downs
+		r.downAt = time.AfterFunc(r.cfg.SessionTimeout, func() { r.outage(n) })
+	}
 	r.mu.Unlock()
 	if ev.State == zk.StateHasSession {
 		r.poke()
+	}
+}
+
+// outage tells the watchers that the session, lost for the n-th time,
+// has been down for the session timeout, unless it came back meanwhile.
+func (r *Registry) outage(n int) {
+	r.mu.Lock()
+	if r.closed || r.live || r.downs != n {
+		r.mu.Unlock()
+		return
+	}
+	r.down = true
+	ws := make([]*watcher, 0, len(r.watchers))
+	for w := range r.watchers {
+		ws = append(ws, w)
+	}
+	r.mu.Unlock()
+	r.log.Warn("no session with ZooKeeper for the session timeout; watchers report an outage and keep their last sets",
+		"servers", strings.Join(r.cfg.Servers, ","), "session_timeout", r.cfg.SessionTimeout, "watchers", len(ws))
+	for _, w := range ws {
+		w.outage()
 	}
 }
 
