@@ -1,14 +1,11 @@
 package registry
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,8 +48,8 @@ type CacheConfig struct {
 	// SnapshotPath, when set, names a file holding the last known
 	// instances of every service, rewritten atomically on each change.
 	// Caches and processes may share one: each write keeps the services
-	// the writer does not follow as the file has them (two writes at the
-	// same instant can still lose one of them).
+	// the writer does not follow as the file has them, and writers take
+	// turns (a lock on the file's directory, on Unix).
 	// A lookup that cannot reach the registry within InitialTimeout
 	// falls back to it, so a process can start during an outage.
 	SnapshotPath string
@@ -143,7 +140,7 @@ func NewCache(r Registry, cfg CacheConfig) *Cache {
 		log:     log,
 		ctx:     ctx,
 		cancel:  cancel,
-		work:    tracker{running: make(map[int64]int), changed: make(chan struct{})},
+		work:    tracker{changed: make(chan struct{})},
 		entries: make(map[string]*cacheEntry),
 		snap:    snapshotStore{path: cfg.SnapshotPath, log: log},
 	}
@@ -196,11 +193,10 @@ func (c *Cache) slowInstances(ctx context.Context, service string) ([]Instance, 
 // its own and may call subscribers (with the snapshot's list): Close
 // waits for it.
 func (c *Cache) load(service string) ([]Instance, error) {
-	id, ok := c.work.enter()
-	if !ok {
+	if !c.work.enter() {
 		return nil, ErrClosed
 	}
-	defer c.work.exit(id)
+	defer c.work.exit()
 	e, err := c.entry(service)
 	if err != nil {
 		return nil, err
@@ -303,7 +299,7 @@ func (c *Cache) entry(service string) (*cacheEntry, error) {
 		failed:  make(chan struct{}),
 		subs:    make(map[*subscription]struct{}),
 	}
-	if !c.work.reserve() {
+	if !c.work.enter() {
 		return nil, ErrClosed
 	}
 	c.entries[service] = e
@@ -315,7 +311,7 @@ func (c *Cache) entry(service string) (*cacheEntry, error) {
 // after each failure, unless the registry is closed or refuses the
 // service (ErrInvalid): retrying would not help.
 func (c *Cache) watch(e *cacheEntry) {
-	defer c.work.exit(c.work.adopt())
+	defer c.work.exit()
 	delay := c.cfg.MinRetryDelay
 	for {
 		ctx, cancel := context.WithTimeout(c.ctx, watchCallTimeout)
@@ -508,14 +504,13 @@ func (c *Cache) Subscribe(service string, fn func([]Instance)) (unsubscribe func
 	e.mu.Unlock()
 	if st != nil {
 		// The first call runs on the caller's goroutine, which Close
-		// must wait for as it waits for the watch goroutines.
-		id, ok := c.work.enter()
-		if !ok {
+		// waits for as it waits for the watch goroutines.
+		if !c.work.enter() {
 			unsubscribe()
 			return nil, ErrClosed
 		}
 		s.deliver(st)
-		c.work.exit(id)
+		c.work.exit()
 	}
 	return unsubscribe, nil
 }
@@ -547,8 +542,8 @@ type subscription struct {
 }
 
 // deliver calls fn with st, unless fn had it or a newer list already, or
-// the cache is closed. It is called only from goroutines Close waits for
-// (but the one calling Close): no call starts once Close has returned.
+// the cache is closed. It is called only from work Close waits for: no
+// call starts once Close has begun.
 func (s *subscription) deliver(st *cacheState) {
 	select {
 	case s.turn <- struct{}{}:
@@ -556,20 +551,20 @@ func (s *subscription) deliver(st *cacheState) {
 		return
 	}
 	defer func() { <-s.turn }()
-	if s.done.Load() || s.c.closed.Load() || st.version <= s.version {
+	if s.done.Load() || st.version <= s.version {
 		return
 	}
-	s.version = st.version
-	s.fn(st.instances)
+	s.c.work.call(func() {
+		s.version = st.version
+		s.fn(st.instances)
+	})
 }
 
 // Close stops every watch and waits for the cache's goroutines to end,
-// and for the subscriber calls in progress to return. Later lookups
-// return ErrClosed. It does not close the registry.
-//
-// A subscriber may call Close: Close then waits for everything but the
-// goroutine it is called on, which ends once the subscriber returns; no
-// other subscriber is called on it.
+// except those inside a subscriber's call: those end as soon as the call
+// returns, and no subscriber is called once Close has begun. So a
+// subscriber may call Close. Later lookups return ErrClosed. It does not
+// close the registry.
 func (c *Cache) Close() error {
 	c.mu.Lock()
 	if c.closed.Load() {
@@ -580,100 +575,80 @@ func (c *Cache) Close() error {
 	c.mu.Unlock()
 	c.work.close()
 	c.cancel()
-	c.work.waitOthers()
+	c.work.wait()
 	return nil
 }
 
-// tracker counts, per goroutine, the work of a Cache that may call
-// subscribers: its watch goroutines, its loads and the first calls made
-// by Subscribe. Close waits until none is left but on its own goroutine,
-// so that a subscriber may call it.
+// tracker counts the work of a Cache that Close waits for: its watch
+// goroutines, its loads and the first calls made by Subscribe, each while
+// it is not inside a subscriber's call. Close does not wait for a
+// subscriber's call, so that a subscriber may call Close; no call starts
+// once Close has begun.
 type tracker struct {
-	mu       sync.Mutex // guards following
-	closed   bool
-	starting int           // goroutines reserved but not yet running
-	running  map[int64]int // goroutine ID → pieces of work on it
-	changed  chan struct{} // closed and replaced when a piece ends
+	mu      sync.Mutex // guards following
+	closed  bool
+	n       int           // pieces of work running, not inside a subscriber's call
+	changed chan struct{} // closed and replaced when n drops
 }
 
-// reserve counts a goroutine about to start, which calls adopt first;
-// false once closed.
-func (t *tracker) reserve() bool {
+// enter counts a piece of work starting; false once closed. A goroutine is
+// counted before it starts, by the code that starts it.
+func (t *tracker) enter() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return false
 	}
-	t.starting++
+	t.n++
 	return true
 }
 
-// adopt moves the calling goroutine, reserved, to running. Pass the ID
-// to exit when it ends.
-func (t *tracker) adopt() int64 {
-	id := goroutineID()
-	t.mu.Lock()
-	t.starting--
-	t.running[id]++
-	t.mu.Unlock()
-	return id
-}
-
-// enter counts work starting on the calling goroutine; false once
-// closed. Pass the ID to exit when it ends.
-func (t *tracker) enter() (int64, bool) {
-	id := goroutineID()
+// exit ends a piece of work that enter counted.
+func (t *tracker) exit() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
-		return 0, false
-	}
-	t.running[id]++
-	return id, true
+	t.dropLocked()
 }
 
-func (t *tracker) exit(id int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.running[id]--; t.running[id] <= 0 {
-		delete(t.running, id)
-	}
+func (t *tracker) dropLocked() {
+	t.n--
 	close(t.changed)
 	t.changed = make(chan struct{})
 }
 
-// close refuses new work.
+// call runs fn, a subscriber's call, from counted work; Close does not
+// wait for it meanwhile. It reports false, without calling fn, once
+// Close has begun.
+func (t *tracker) call(fn func()) bool {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return false
+	}
+	t.dropLocked()
+	t.mu.Unlock()
+	fn()
+	t.mu.Lock()
+	t.n++ // counted again until its exit
+	t.mu.Unlock()
+	return true
+}
+
+// close refuses new work and new subscriber calls.
 func (t *tracker) close() {
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
 }
 
-// waitOthers waits until no work is left on any goroutine but the
-// caller's.
-func (t *tracker) waitOthers() {
-	me := goroutineID()
+// wait waits until no counted work runs outside a subscriber's call.
+func (t *tracker) wait() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for t.starting > 0 || len(t.running) > 1 || len(t.running) == 1 && t.running[me] == 0 {
+	for t.n > 0 {
 		ch := t.changed
 		t.mu.Unlock()
 		<-ch
 		t.mu.Lock()
 	}
-}
-
-// goroutineID returns the ID of the calling goroutine, which the runtime
-// prints at the head of its stack: "goroutine 42 [running]:". It is used
-// only to tell a Close called from a subscriber from one called elsewhere.
-func goroutineID() int64 {
-	var buf [64]byte
-	b := buf[:runtime.Stack(buf[:], false)]
-	b = bytes.TrimPrefix(b, []byte("goroutine "))
-	if i := bytes.IndexByte(b, ' '); i > 0 {
-		if id, err := strconv.ParseInt(string(b[:i]), 10, 64); err == nil {
-			return id
-		}
-	}
-	panic(fmt.Sprintf("registry: cannot read the goroutine ID from %q", buf[:]))
 }
