@@ -49,8 +49,8 @@ type Store struct {
 	mu      sync.Mutex // guards following
 	stock   map[string]int64
 	done    map[string]deduction // request id -> what it asked for and the first answer
-	expiry  []record                   // the ids of done, oldest first
-	expired int                        // records dropped from the head of expiry
+	expiry  []record             // the ids of done, oldest first
+	expired int                  // records dropped from the head of expiry
 
 	deducted   atomic.Int64 // units actually deducted
 	duplicates atomic.Int64 // repeated request ids answered from the record
