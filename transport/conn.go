@@ -314,7 +314,7 @@ func (c *clientConn) tick() {
 	}
 	c.hb.Reset(c.ep.p.cfg.HeartbeatInterval)
 	c.mu.Unlock()
-	switch c.live.tick(c.w.stalled()) {
+	switch c.live.tick(c.w.state()) {
 	case tickHeartbeat:
 		_ = c.w.writeEvent(eventHeartbeat, c.nextID.Add(1))
 	case tickSilent:

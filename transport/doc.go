@@ -34,7 +34,9 @@
 // with a payload of 64 KiB or more is written from the caller's buffer
 // (writev, no copy), and such requests get a connection of their own per
 // address ([Config.LargeMessage]). Idle connections exchange Dubbo
-// heartbeats and a peer silent for three intervals is dropped.
+// heartbeats and a peer silent for three intervals is dropped (on Linux, a
+// peer acknowledging a large frame that is still being written is not
+// silent).
 //
 // A handler's context answers [Request] with the request it serves, so
 // layers above read attachments without a context value per call.

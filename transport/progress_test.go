@@ -2,16 +2,20 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
 )
 
-// tcpPair returns both ends of a loopback TCP connection with small
-// socket buffers, so a large frame keeps its write in progress until the
-// peer reads it.
+// tcpPair returns both ends of a loopback TCP connection with socket
+// buffers much smaller than the frames written, so a large frame keeps its
+// write in progress until the peer reads it.
 func tcpPair(t *testing.T) (w, r *net.TCPConn) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -33,15 +37,16 @@ func tcpPair(t *testing.T) (w, r *net.TCPConn) {
 		t.Fatal("accept failed")
 	}
 	w, r = c.(*net.TCPConn), s.(*net.TCPConn)
-	_ = w.SetWriteBuffer(16 << 10)
-	_ = r.SetReadBuffer(16 << 10)
+	_ = w.SetWriteBuffer(linkBuffer)
+	_ = r.SetReadBuffer(linkBuffer)
 	t.Cleanup(func() { w.Close(); r.Close() })
 	return w, r
 }
 
 // TestSlowPeerIsNotAStall: a large frame written to a peer that reads it
-// slowly takes many heartbeat ticks and is not taken for a stall; once
-// the peer stops reading, it is, within a few ticks.
+// slowly, and sends nothing, takes many heartbeat ticks and is taken
+// neither for a stall nor for silence; once the peer stops reading, it is
+// a stall within a few ticks.
 func TestSlowPeerIsNotAStall(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the peer's acknowledgements are read on Linux only")
@@ -49,7 +54,8 @@ func TestSlowPeerIsNotAStall(t *testing.T) {
 	wc, rc := tcpPair(t)
 	var w frameWriter
 	w.init(wc, func(error) {})
-	const size = 2 << 20
+	const size = 4 << 20
+	const tick = 100 * time.Millisecond
 	done := make(chan error, 1)
 	go func() {
 		_, err := w.writeMessage(newRequest(string(bytes.Repeat([]byte{'x'}, size))))
@@ -57,11 +63,11 @@ func TestSlowPeerIsNotAStall(t *testing.T) {
 	}()
 
 	// The peer reads 16 KiB every 5 ms (~3 MB/s) and the connection
-	// ticks every 20 ms: the frame needs ~35 ticks, far past stuckTicks.
+	// ticks every 100 ms: half the frame takes ~6 ticks, past stuckTicks.
 	var l liveness
 	buf := make([]byte, 16<<10)
 	read, ticks := 0, 0
-	next := time.Now().Add(20 * time.Millisecond)
+	next := time.Now().Add(tick)
 	for read < size/2 {
 		n, err := rc.Read(buf)
 		if err != nil {
@@ -70,11 +76,12 @@ func TestSlowPeerIsNotAStall(t *testing.T) {
 		read += n
 		time.Sleep(5 * time.Millisecond) // the slow peer's pace
 		if time.Now().After(next) {
-			next = next.Add(20 * time.Millisecond)
+			next = next.Add(tick)
 			ticks++
-			l.reads.Add(1) // the peer answers heartbeats: only the write is watched
-			if a := l.tick(w.stalled()); a == tickStalled {
-				t.Fatalf("a frame the peer was reading (%d of %d bytes after %d ticks) was taken for a stall", read, size, ticks)
+			// The peer sends nothing meanwhile: the acknowledged frame
+			// is the only sign of life, and it is enough.
+			if a := l.tick(w.state()); a == tickStalled || a == tickSilent {
+				t.Fatalf("a frame the peer was reading (%d of %d bytes after %d ticks) gave tick action %v", read, size, ticks, a)
 			}
 		}
 	}
@@ -85,16 +92,118 @@ func TestSlowPeerIsNotAStall(t *testing.T) {
 	// The peer stops reading: once the buffers are full nothing is
 	// acknowledged, and the ticks see a stall.
 	stalled := false
-	for i := 0; i < stuckTicks+20 && !stalled; i++ {
-		time.Sleep(20 * time.Millisecond)
-		l.reads.Add(1)
-		stalled = l.tick(w.stalled()) == tickStalled
+	for i := 0; i < stuckTicks+10 && !stalled; i++ {
+		time.Sleep(tick)
+		stalled = l.tick(w.state()) == tickStalled
 	}
 	if !stalled {
-		t.Fatalf("a peer that stopped reading was not seen as a stall within %d ticks", stuckTicks+20)
+		t.Fatalf("a peer that stopped reading was not seen as a stall within %d ticks", stuckTicks+10)
 	}
 	go func() { _, _ = io.Copy(io.Discard, rc) }()
 	if err := waitFor(t, done, "the large write to finish"); err != nil {
 		t.Fatalf("write: %v", err)
 	}
+}
+
+// slowConn reads at most 16 KiB every 5 ms (~3 MB/s): a slow link as its
+// reader sees it.
+type slowConn struct{ net.Conn }
+
+func (c slowConn) Read(p []byte) (int, error) {
+	time.Sleep(5 * time.Millisecond) // the link's pace
+	return c.Conn.Read(p[:min(len(p), 16<<10)])
+}
+
+// smallBuffers listens with linkBuffer-sized socket buffers on the accepted
+// connections; with slow, their reads go through slowConn.
+type smallBuffers struct {
+	net.Listener
+	slow bool
+}
+
+func (l smallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := c.(*net.TCPConn)
+	_ = tc.SetReadBuffer(linkBuffer)
+	_ = tc.SetWriteBuffer(linkBuffer)
+	if l.slow {
+		return slowConn{c}, nil
+	}
+	return c, nil
+}
+
+// A large frame over a slow link takes ~7 heartbeat intervals; the side
+// reading it has nothing to send meanwhile. The socket buffers hold a
+// small part of it (but more than loopback's 64 KiB segment, which a
+// smaller window would hold back).
+const (
+	slowLinkInterval = 150 * time.Millisecond
+	slowLinkSize     = 4 << 20
+	linkBuffer       = 256 << 10
+)
+
+// slowLinkPool dials with small socket buffers, reading through slowConn
+// when slow.
+func slowLinkPool(t *testing.T, slow bool) *Pool {
+	var d net.Dialer
+	return newPool(t, Config{
+		HeartbeatInterval: slowLinkInterval,
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			tc := c.(*net.TCPConn)
+			_ = tc.SetReadBuffer(linkBuffer)
+			_ = tc.SetWriteBuffer(linkBuffer)
+			if slow {
+				return slowConn{c}, nil
+			}
+			return c, nil
+		},
+	})
+}
+
+// TestSlowLinkLargeRequest: a large request the server keeps reading over
+// a slow link is neither a stall nor silence to the client, although
+// nothing comes back until it is all read.
+func TestSlowLinkLargeRequest(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the peer's acknowledgements are read on Linux only")
+	}
+	ok := HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
+		resp.Payload = append(resp.Payload[:0], "ok"...)
+	})
+	ts := startServerOn(t, smallBuffers{listen(t), true}, ok, ServerConfig{HeartbeatInterval: slowLinkInterval})
+	p := slowLinkPool(t, false)
+	start := time.Now()
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest(strings.Repeat("x", slowLinkSize)))
+	if err != nil {
+		t.Fatalf("a large request the server kept reading failed after %v (%d heartbeat intervals): %v",
+			time.Since(start).Round(time.Millisecond), time.Since(start)/slowLinkInterval, err)
+	}
+	p.Release(resp)
+}
+
+// TestSlowLinkLargeResponse: the same for a large response the client
+// keeps reading, as the server sees it.
+func TestSlowLinkLargeResponse(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the peer's acknowledgements are read on Linux only")
+	}
+	big := HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
+		resp.Payload = append(resp.Payload[:0], strings.Repeat("y", slowLinkSize)...)
+	})
+	ts := startServerOn(t, smallBuffers{listen(t), false}, big, ServerConfig{HeartbeatInterval: slowLinkInterval})
+	p := slowLinkPool(t, true)
+	start := time.Now()
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("a lot, please"))
+	if err != nil {
+		t.Fatalf("a large response the client kept reading failed after %v (%d server heartbeat intervals): %v",
+			time.Since(start).Round(time.Millisecond), time.Since(start)/slowLinkInterval, err)
+	}
+	p.Release(resp)
 }

@@ -574,7 +574,7 @@ func (sc *serverConn) tick() {
 	}
 	sc.hb.Reset(sc.s.cfg.HeartbeatInterval)
 	sc.mu.Unlock()
-	switch sc.live.tick(sc.w.stalled()) {
+	switch sc.live.tick(sc.w.state()) {
 	case tickHeartbeat:
 		_ = sc.w.writeEvent(eventHeartbeat, sc.nextID.Add(1))
 	case tickSilent:

@@ -38,12 +38,16 @@ import (
 // goroutines, and is blocked while the socket's send buffer is full. Only
 // the flusher can be blocked: everyone else returns at once. A write that
 // has not completed after two heartbeat intervals, while the peer
-// acknowledged none of its bytes, closes the connection (see stalled),
-// which releases it. On Linux the peer's acknowledgements (TCP_INFO) tell
-// a peer that stopped reading from a link too slow for one frame within
-// two intervals; elsewhere they cannot, and with the default interval of
-// 60 s an 8 MiB frame needs ~70 KB/s. (Reading has no such limit: any
-// data read counts as life, see liveness.)
+// acknowledged none of its bytes, closes the connection (see state), which
+// releases it. On Linux the peer's acknowledgements (TCP_INFO) tell a peer
+// that stopped reading from a link too slow for one frame within two
+// intervals, and a write the peer keeps acknowledging counts as life, so
+// the side sending a large frame, which reads nothing meanwhile, does not
+// take the peer for silent either. Elsewhere they cannot, and with the
+// default interval of 60 s an 8 MiB frame needs ~70 KB/s. A frame the
+// kernel took whole, which the peer is still reading slowly, shows nothing
+// either way: the peer must answer a heartbeat within three intervals.
+// (Reading has no such limit: any data read counts as life, see liveness.)
 type frameWriter struct {
 	nc net.Conn
 	// onError is called once, by the flusher whose write failed, without
@@ -326,23 +330,39 @@ func (w *frameWriter) idle() bool {
 	return !w.flushing && len(w.buf) == 0
 }
 
-// stalled reports whether one write has been in progress since the
-// previous call, without completing and, where the system tells
-// (ackedBytes), without the peer acknowledging any of its bytes: a large
-// frame crossing a slow link is progress, not a stall. It is called from
-// the heartbeat tick only, so the system call costs nothing per frame.
-func (w *frameWriter) stalled() bool {
+// writeState is what the heartbeat tick sees of the writer.
+type writeState uint8
+
+const (
+	writeQuiet   writeState = iota // nothing written, or nothing known of the peer
+	writeMoving                    // a write in progress whose bytes the peer acknowledges
+	writeStalled                   // one write in progress since the last tick, unacknowledged
+)
+
+// state reports whether one write has been in progress since the previous
+// call without completing and, where the system tells (ackedBytes),
+// without the peer acknowledging any of its bytes (writeStalled), or
+// whether the peer acknowledged bytes of a write in progress
+// (writeMoving): a large frame crossing a slow link is progress, and a
+// sign of life while the peer has nothing to send. It is called from the
+// heartbeat tick only, so the system call costs nothing per frame.
+func (w *frameWriter) state() writeState {
 	w.mu.Lock()
 	flushing := w.flushing
 	same := flushing && w.writes == w.seen
 	w.seen = w.writes
 	w.mu.Unlock()
 	if !flushing {
-		return false
+		return writeQuiet
 	}
 	acked, ok := ackedBytes(w.nc)
-	moved := ok && acked != w.acked.Swap(acked)
-	return same && !moved
+	switch moved := ok && acked != w.acked.Swap(acked); {
+	case moved:
+		return writeMoving
+	case same:
+		return writeStalled
+	}
+	return writeQuiet
 }
 
 // liveness watches one connection from its heartbeat timer, which ticks
@@ -397,12 +417,14 @@ const (
 	tickStalled
 )
 
-// tick records one heartbeat interval. writeStalled is the writer's
-// stalled() for this tick.
-func (l *liveness) tick(writeStalled bool) tickAction {
+// tick records one heartbeat interval. ws is the writer's state() for
+// this tick. A write the peer is acknowledging counts as life: while a
+// large frame goes out, the peer may have nothing to send, and a
+// heartbeat would wait behind the frame.
+func (l *liveness) tick(ws writeState) tickAction {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if writeStalled {
+	if ws == writeStalled {
 		l.stuck++
 	} else {
 		l.stuck = 0
@@ -411,7 +433,7 @@ func (l *liveness) tick(writeStalled bool) tickAction {
 		return tickStalled
 	}
 	n := l.reads.Load()
-	if n != l.seen {
+	if n != l.seen || ws == writeMoving {
 		l.seen = n
 		l.silent = 0
 		return tickNothing

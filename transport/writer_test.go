@@ -146,8 +146,8 @@ func TestWriterStallDetection(t *testing.T) {
 	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{})}
 	var w frameWriter
 	w.init(c, func(error) {})
-	if w.stalled() {
-		t.Fatalf("an idle writer reported stalled")
+	if w.state() != writeQuiet {
+		t.Fatalf("an idle writer reported %v", w.state())
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -160,15 +160,15 @@ func TestWriterStallDetection(t *testing.T) {
 	actions := []tickAction{}
 	for range stuckTicks {
 		l.reads.Add(1)
-		actions = append(actions, l.tick(w.stalled()))
+		actions = append(actions, l.tick(w.state()))
 	}
 	if actions[len(actions)-1] != tickStalled {
 		t.Errorf("ticks over a stuck write gave %v, want the last to be tickStalled", actions)
 	}
 	close(c.gate)
 	<-done
-	if w.stalled() {
-		t.Errorf("stalled after the write completed")
+	if s := w.state(); s != writeQuiet {
+		t.Errorf("state %v after the write completed", s)
 	}
 }
 
@@ -176,17 +176,17 @@ func TestLivenessSilence(t *testing.T) {
 	var l liveness
 	want := []tickAction{tickHeartbeat, tickHeartbeat, tickSilent}
 	for i, a := range want {
-		if got := l.tick(false); got != a {
+		if got := l.tick(writeQuiet); got != a {
 			t.Fatalf("silent tick %d = %v, want %v", i+1, got, a)
 		}
 	}
 	l = liveness{}
-	l.tick(false)
+	l.tick(writeQuiet)
 	l.reads.Add(1)
-	if got := l.tick(false); got != tickNothing {
+	if got := l.tick(writeQuiet); got != tickNothing {
 		t.Errorf("tick after a read = %v, want tickNothing", got)
 	}
-	if got := l.tick(false); got != tickHeartbeat {
+	if got := l.tick(writeQuiet); got != tickHeartbeat {
 		t.Errorf("tick after a quiet interval = %v, want tickHeartbeat", got)
 	}
 }
