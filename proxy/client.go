@@ -325,8 +325,11 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 	st, err := c.service(ctx, call.Service, call.Deadline)
 	if err != nil {
 		status := protocol.StatusChannelInactive
-		if errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
 			status = protocol.StatusClientTimeout // the budget ran out waiting for the registry
+		case errors.Is(err, context.Canceled):
+			status = protocol.StatusClientError // the caller gave up: ErrCanceled
 		}
 		return &protocol.Error{Status: status,
 			Msg: "resolve " + call.Service, Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}

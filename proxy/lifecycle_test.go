@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
+	"github.com/dabbrpc/dabb/registry"
+	"github.com/dabbrpc/dabb/registry/static"
 	"github.com/dabbrpc/dabb/transport"
 )
 
@@ -98,5 +101,25 @@ func TestRestartedServerFoundAgain(t *testing.T) {
 			t.Fatalf("the server restarted at %s is still not called after 5 s: %v", addr, err)
 		}
 		time.Sleep(10 * time.Millisecond) // no event says the address is back: poll the calls
+	}
+}
+
+// TestCanceledWhileResolving: a caller that cancels its context while the
+// client waits for the service's first lookup gets ErrCanceled, not
+// ErrUnavailable.
+func TestCanceledWhileResolving(t *testing.T) {
+	c := proxy.NewClient(hangingRegistry{static.New()}, proxy.WithLogger(quiet),
+		proxy.WithCache(registry.CacheConfig{InitialTimeout: 5 * time.Second, Logger: quiet}))
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	defer cancel()
+	_, err := invoke(ctx, c, proxy.Timeout(5*time.Second))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want the caller's cancellation", err)
+	}
+	if !errors.Is(err, proxy.ErrCanceled) || errors.Is(err, proxy.ErrUnavailable) {
+		t.Errorf("a call whose context was cancelled while resolving: %v; ErrCanceled = %v, ErrUnavailable = %v; want ErrCanceled only",
+			err, errors.Is(err, proxy.ErrCanceled), errors.Is(err, proxy.ErrUnavailable))
 	}
 }
