@@ -105,6 +105,7 @@ type cacheEntry struct {
 	refused    bool // the registry refused the service: lastErr wraps ErrInvalid; the watch has ended
 	failLogged bool
 	subs       map[*subscription]struct{}
+	watcher    Watcher // the registry watcher being followed, if any; Close stops it
 }
 
 // cacheState is immutable once stored.
@@ -318,9 +319,18 @@ func (c *Cache) watch(e *cacheEntry) {
 		w, err := c.r.Watch(ctx, e.service)
 		cancel()
 		if err == nil {
+			e.mu.Lock()
+			e.watcher = w
+			e.mu.Unlock()
 			var progressed bool
 			progressed, err = c.follow(e, w)
-			w.Stop()
+			e.mu.Lock()
+			mine := e.watcher == w // else Close took it to stop it
+			e.watcher = nil
+			e.mu.Unlock()
+			if mine {
+				w.Stop()
+			}
 			if progressed {
 				delay = c.cfg.MinRetryDelay
 			}
@@ -356,15 +366,20 @@ func (c *Cache) follow(e *cacheEntry, w Watcher) (progressed bool, err error) {
 		}
 		c.apply(e, set)
 		progressed = true
+		if c.ctx.Err() != nil {
+			return progressed, c.ctx.Err() // closed during a subscriber's call: nothing more
+		}
 	}
 }
 
-// apply stores a set the registry pushed and tells the subscribers when
-// the list changed.
+// apply stores a set the registry pushed, saves it to the snapshot file
+// and tells the subscribers when the list changed. The file is written
+// first: it must not wait for the subscribers, and once one of them has
+// seen a list (and perhaps closed the cache) nothing more is done.
 func (c *Cache) apply(e *cacheEntry, set []Instance) {
 	if st := c.store(e, set); st != nil {
-		e.publish(st)
 		c.snap.save(e.service, st.instances)
+		e.publish(st)
 	}
 }
 
@@ -447,10 +462,10 @@ func (c *Cache) fail(e *cacheEntry, err error) {
 }
 
 // Stale reports whether the cache holds instances of service that the
-// registry could not confirm lately: it is unreachable, or they came from
-// the snapshot file and the registry has not listed them since (an empty
-// answer kept by ProtectEmpty leaves them stale and suspect). It is false
-// for a service never looked up.
+// registry could not confirm lately: it is unreachable or refuses the
+// service, or they came from the snapshot file and the registry has not
+// listed them since (an empty answer kept by ProtectEmpty leaves them
+// stale and suspect). It is false for a service never looked up.
 func (c *Cache) Stale(service string) bool {
 	st := c.state(service)
 	return st != nil && st.stale
@@ -475,7 +490,8 @@ func (c *Cache) state(service string) *cacheState {
 
 // Subscribe calls fn with the instances of service each time they change:
 // at once with the current list if one is known, then from the service's
-// watch goroutine. Calls never overlap and never go back to an older list;
+// watch goroutine (or, for the snapshot file's list, from the lookup that
+// fell back to it). Calls never overlap and never go back to an older list;
 // fn must return quickly and must not modify the slice. It may call the
 // Cache, Close included, and unsubscribe. Subscribe starts the watch of
 // the service if no lookup did. Call the returned function to stop the
@@ -562,9 +578,9 @@ func (s *subscription) deliver(st *cacheState) {
 
 // Close stops every watch and waits for the cache's goroutines to end,
 // except those inside a subscriber's call: those end as soon as the call
-// returns, and no subscriber is called once Close has begun. So a
-// subscriber may call Close. Later lookups return ErrClosed. It does not
-// close the registry.
+// returns, without touching the registry or the snapshot file again, and
+// no subscriber is called once Close has begun. So a subscriber may call
+// Close. Later lookups return ErrClosed. It does not close the registry.
 func (c *Cache) Close() error {
 	c.mu.Lock()
 	if c.closed.Load() {
@@ -572,9 +588,25 @@ func (c *Cache) Close() error {
 		return ErrClosed
 	}
 	c.closed.Store(true)
+	entries := make([]*cacheEntry, 0, len(c.entries))
+	for _, e := range c.entries {
+		entries = append(entries, e)
+	}
 	c.mu.Unlock()
 	c.work.close()
 	c.cancel()
+	// A watch goroutine inside a subscriber's call is not waited for:
+	// its registry watcher is stopped here, so it touches neither the
+	// registry nor the snapshot file once the call returns.
+	for _, e := range entries {
+		e.mu.Lock()
+		w := e.watcher
+		e.watcher = nil
+		e.mu.Unlock()
+		if w != nil {
+			w.Stop()
+		}
+	}
 	c.work.wait()
 	return nil
 }
