@@ -39,6 +39,8 @@ type snapshotStore struct {
 	services map[string][]Instance
 	mine     map[string]bool // services this store saved
 	failing  bool            // the last write failed (logged once)
+	// lockFailing: the last write could not take the lock (logged once).
+	lockFailing bool
 }
 
 // loadLocked reads the file once; a missing or unreadable file leaves an
@@ -82,8 +84,12 @@ func (s *snapshotStore) save(service string, ins []Instance) {
 	// Other writers (Caches, processes) wait while this one reads the
 	// file and writes it back; without the lock, write anyway.
 	if unlock, err := lockSnapshot(s.path); err != nil {
-		s.log.Warn("writing the snapshot file without its lock", "path", s.path, "err", err)
+		if !s.lockFailing {
+			s.log.Warn("writing the snapshot file without its lock", "path", s.path, "err", err)
+		}
+		s.lockFailing = true
 	} else {
+		s.lockFailing = false
 		defer unlock()
 	}
 	if cur, err := readSnapshot(s.path); err == nil {

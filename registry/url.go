@@ -115,16 +115,19 @@ func parseURL(raw string) (*url.URL, error) {
 	if !strings.Contains(hosts, ",") {
 		return nil, err
 	}
+	var list []string
 	for h := range strings.SplitSeq(hosts, ",") {
-		if _, herr := url.Parse("x://" + h); herr != nil {
+		hu, herr := url.Parse("x://" + h)
+		if herr != nil {
 			return nil, herr
 		}
+		list = append(list, hu.Host) // unescaped, as url.Parse leaves a single host
 	}
 	u, perr := url.Parse(raw[:i+len("://")] + auth[:at+1] + "hosts" + rest[end:])
 	if perr != nil {
-		return nil, err
+		return nil, perr
 	}
-	u.Host = hosts
+	u.Host = strings.Join(list, ",")
 	return u, nil
 }
 
