@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -312,6 +313,35 @@ func (c *Client) service(ctx context.Context, name string, deadline time.Time) (
 	return st, nil
 }
 
+// why says, for the error of a call that found no instance, why the
+// known ones were left out: shutting down, or breaker open.
+func (c *Client) why(ctx context.Context, service string) string {
+	ins, err := c.cache.Instances(ctx, service)
+	if err != nil || len(ins) == 0 {
+		return ""
+	}
+	var draining, broken int
+	for i := range ins {
+		switch {
+		case c.pool.ReadOnly(ins[i].Addr):
+			draining++
+		case c.breakers.open(ins[i].Addr):
+			broken++
+		}
+	}
+	var parts []string
+	if draining > 0 {
+		parts = append(parts, fmt.Sprintf("%d shutting down", draining))
+	}
+	if broken > 0 {
+		parts = append(parts, fmt.Sprintf("%d with an open circuit breaker", broken))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
 // available reports whether an instance may take an attempt: it did not
 // announce shutdown and its breaker is not open.
 func (c *Client) available(in *registry.Instance) bool {
@@ -362,7 +392,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 			if err != nil {
 				return err // the last attempt's error says more than "no instance"
 			}
-			return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "no instance of " + call.Service,
+			return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "no instance of " + call.Service + c.why(ctx, call.Service),
 				Err: fmt.Errorf("%w: %w", transport.ErrNotSent, perr)}
 		}
 		if ntried < maxTried {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +85,10 @@ func TestRestartedServerFoundAgain(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	<-done
+	// Meanwhile the error says why the only instance is left out.
+	if _, err := invoke(ctx, c); err == nil || !strings.Contains(err.Error(), "1 shutting down") {
+		t.Errorf("call while the only instance is shut down = %v; want it to say the instance is shutting down", err)
+	}
 
 	l2, err := net.Listen("tcp", addr)
 	if err != nil {
