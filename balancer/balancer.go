@@ -156,7 +156,7 @@ func build(name string, cfg Config, h hooks) (*balancer, error) {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		return nil, fmt.Errorf("balancer: unknown balancer %q (valid: %s)", name, strings.Join(names, ", "))
+		return nil, fmt.Errorf("balancer: unknown balancer %q (valid: %s): %w", name, strings.Join(names, ", "), registry.ErrInvalid)
 	}
 	if cfg.DecayTime < 0 || cfg.ErrorPenalty < 0 {
 		return nil, fmt.Errorf("balancer: negative DecayTime (%v) or ErrorPenalty (%v)", cfg.DecayTime, cfg.ErrorPenalty)

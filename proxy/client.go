@@ -43,8 +43,9 @@ var (
 	ErrBadRequest = protocol.ErrBadRequest
 	// ErrServiceError: the method ran and returned an error.
 	ErrServiceError = protocol.ErrServiceError
-	// ErrCanceled: the caller gave up: its context was cancelled, or the
-	// client was closed.
+	// ErrCanceled: the caller gave up: its context was cancelled, or it
+	// called after Close. (A call in flight when Close runs fails with
+	// its connection, 35: the server may have acted.)
 	ErrCanceled = protocol.ErrCanceled
 	// ErrNotSent: the request provably never left this process (no
 	// instance, no connection, budget spent before sending): whatever the
@@ -360,6 +361,10 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 			status = protocol.StatusClientTimeout // the budget ran out waiting for the registry
 		case errors.Is(err, context.Canceled):
 			status = protocol.StatusClientError // the caller gave up: ErrCanceled
+		case errors.Is(err, registry.ErrInvalid):
+			// A bad service name, an unknown balancer, a service the
+			// registry refuses: a bad request, not an outage.
+			status = protocol.StatusClientError
 		}
 		return &protocol.Error{Status: status,
 			Msg: "resolve " + call.Service, Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}

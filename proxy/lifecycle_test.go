@@ -128,3 +128,16 @@ func TestCanceledWhileResolving(t *testing.T) {
 			err, errors.Is(err, proxy.ErrCanceled), errors.Is(err, proxy.ErrUnavailable))
 	}
 }
+
+// TestConfigErrorIsBadRequest: a client configured with a balancer that
+// does not exist fails its calls as a bad request, not as an outage that
+// retrying could cure.
+func TestConfigErrorIsBadRequest(t *testing.T) {
+	c := client(t, []string{deadAddr(t)}, proxy.WithBalancer("nope"))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err := invoke(ctx, c)
+	if !errors.Is(err, proxy.ErrBadRequest) || errors.Is(err, proxy.ErrUnavailable) || !strings.Contains(err.Error(), `unknown balancer "nope"`) {
+		t.Errorf("call with an unknown balancer = %v; want ErrBadRequest naming it, not ErrUnavailable", err)
+	}
+}
