@@ -38,8 +38,9 @@ type options struct {
 // Default 10000.
 func WithMaxConcurrent(n int) Option { return func(o *options) { o.transport.MaxConcurrent = n } }
 
-// WithMaxBody limits the body of an incoming frame (default 8 MiB); a larger
-// frame closes its connection.
+// WithMaxBody limits the body of an incoming request (default 8 MiB). A
+// larger request is dropped and answered with 40, and the connection stays;
+// only a header claiming more than 64 MiB closes it.
 func WithMaxBody(n uint32) Option { return func(o *options) { o.transport.MaxBody = n } }
 
 // WithHeartbeat sets the idle interval after which a connection is probed
@@ -57,7 +58,8 @@ func WithRegistry(r registry.Registry) Option { return func(o *options) { o.regi
 
 // WithAdvertiseAddr sets the host:port published to the registry. By default
 // it is the listener's address, with an unspecified host (0.0.0.0, ::)
-// replaced by this machine's first non-loopback address.
+// replaced by this machine's first non-loopback, non-link-local address
+// (IPv4 preferred), or 127.0.0.1 when it has none: set the address then.
 func WithAdvertiseAddr(addr string) Option { return func(o *options) { o.advertise = addr } }
 
 // WithInstance sets the weight and metadata published with each instance.
@@ -210,8 +212,8 @@ func (s *Server) ListenAndServe(addr string) error {
 // Shutdown stops the server gracefully: it withdraws the instances from the
 // registry, so clients stop choosing it, then stops accepting, tells clients
 // it is read-only, lets in-flight calls finish and closes the connections.
-// The withdrawal takes at most the registry timeout (5 s by default), so a
-// registry that does not answer leaves the rest of ctx to the drain. When
+// Each instance's withdrawal takes at most 5 s and the whole at most ctx, so
+// a registry that does not answer leaves the rest of ctx to the drain. When
 // ctx ends first it closes everything and returns ctx.Err(). Shutdowns and
 // Closes may overlap: the withdrawal runs once and every caller waits for
 // it before it stops the server.

@@ -19,11 +19,12 @@ type MethodHandler func(srv any, ctx context.Context, dec func(any) error) (any,
 type MethodDesc struct {
 	// Name is the method name on the wire, e.g. "Deduct".
 	Name string
-	// Idempotent marks the method as safe to call more than once
-	// (//dabb:idempotent in the interface); clients may retry it.
+	// Idempotent records //dabb:idempotent for the method. It describes;
+	// it does not act: the generated client stub passes the same as a
+	// call option (proxy.Idempotent), and the server does not read it.
 	Idempotent bool
-	// Timeout is the method's default timeout (//dabb:timeout), zero for
-	// the client's default.
+	// Timeout records //dabb:timeout (zero for the client's default); as
+	// with Idempotent, the stub's call option is what takes effect.
 	Timeout time.Duration
 	// Handler runs the method.
 	Handler MethodHandler

@@ -75,7 +75,7 @@ func TestDocHexDumps(t *testing.T) {
 	deductResp.Header.Init(protocol.MakeFlags(0, dabbproto.ID), protocol.StatusOK, 1)
 	deductResp.Payload = marshal(&inventorypb.DeductReply{Remaining: 98})
 	errResp.Header.Init(protocol.MakeFlags(0, dabbproto.ID), protocol.StatusServiceNotFound, 2)
-	errResp.Payload = []byte("no method Refund")
+	errResp.Payload = []byte("method inventory.Inventory.Refund not found") // dabb.Server's text
 
 	want := map[string][]byte{
 		"deduct-request":     protocol.AppendMessage(nil, &deductReq),
@@ -115,7 +115,7 @@ func TestDocHexDumps(t *testing.T) {
 	}
 	var reply protocol.Message
 	mustRead(t, reader(blocks["error-response"]), &reply)
-	if !strings.Contains(reply.Err().Error(), "status 60 (service not found): no method Refund") {
+	if !strings.Contains(reply.Err().Error(), "status 60 (service not found): method inventory.Inventory.Refund not found") {
 		t.Errorf("documented error response gives %v", reply.Err())
 	}
 }

@@ -40,10 +40,12 @@ const (
 	// StatusServiceNotFound: no such service or method on the server.
 	StatusServiceNotFound Status = 60
 	// StatusServiceError: the handler returned an error or panicked. The
-	// handler ran; retry only idempotent methods.
+	// handler ran: only an idempotent method is safe to call again (dabb's
+	// client does not retry it on its own).
 	StatusServiceError Status = 70
-	// StatusServerError: the server failed outside the handler (it is
-	// shutting down, or broke while answering).
+	// StatusServerError: the server failed outside the handler. A dabb
+	// server does not send it (a draining one answers 100); Dubbo peers
+	// may.
 	StatusServerError Status = 80
 	// StatusClientError: the client failed on its own (bad argument,
 	// closed client, call cancelled).
@@ -107,8 +109,9 @@ var (
 	// ErrServiceError: the handler ran and returned an error (70).
 	ErrServiceError = errors.New("service error")
 	// ErrCanceled: the caller gave up, not the request or the server:
-	// its context was cancelled, or it used a closed client (90 with
-	// such a cause; context.Canceled matches the former too).
+	// its context was cancelled, or it called a closed client (90 with
+	// such a cause; context.Canceled matches the former too). A call in
+	// flight when its client closes fails with its connection (35).
 	ErrCanceled = errors.New("canceled")
 )
 
@@ -125,7 +128,8 @@ type Error struct {
 	Err error
 }
 
-// Error formats the error as "status 60 (service not found): msg".
+// Error formats the error as "status 60 (service not found): msg", with
+// "remote " in front when the peer sent the status.
 func (e *Error) Error() string {
 	b := make([]byte, 0, 64+len(e.Msg))
 	if e.Remote {

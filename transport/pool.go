@@ -42,8 +42,9 @@ type Config struct {
 	// mostly adds CPU and memory pressure on both sides: with 16
 	// goroutines making small calls and 2 making 1 MiB calls on one
 	// client (dabbbench), a bound of 1 took the small calls' p99 from
-	// 4.7-5.5 ms to 3.0-3.3 ms and their rate from 12k to 22k calls/s,
-	// for 25 % fewer 1 MiB calls/s at the same 1 MiB p99. Default 1;
+	// 4.6-4.9 ms to 2.9 ms and their rate from 13k to 24k calls/s, for
+	// 25 % fewer 1 MiB calls/s (780 → 595) at the same 1 MiB p99
+	// (docs/performance.md, finding 5). Default 1;
 	// negative means no bound. The slot is held until the response
 	// arrives, so a large call made through the same Pool to the same
 	// address while one is waiting for its answer (calls that loop back,

@@ -1,10 +1,11 @@
 // Package benchpb holds the benchmark workload's message, BenchmarkMessage
-// (581 bytes marshaled when filled by [Fill]), and its gRPC service stub,
-// generated from bench.proto.
+// (581 bytes marshaled as [NewMessage] fills it), and its gRPC service
+// stub, generated from bench.proto.
 //
-//	req := benchpb.NewMessage(0) // the standard 581-byte message
+//	req := benchpb.NewMessage(0)  // the standard 581-byte message
 //	reply := &benchpb.BenchmarkMessage{}
-//	benchpb.Reply(req, reply)     // what every server answers
+//	benchpb.CopyTo(reply, req)    // a server's echo ...
+//	benchpb.Answer(reply)         // ... with field1 = "OK", field2 = 100
 //	err := benchpb.Check(req, reply)
 package benchpb
 

@@ -21,6 +21,12 @@
 //
 //	r, err := registry.Open(ctx, "etcd://h1:2379,h2:2379/services?ttl=10s&timeout=3s")
 //
+// The host lists the endpoints, the path is the prefix; the query may set
+// ttl, timeout and dial_timeout as Go durations (Config.TTL, RequestTimeout
+// and DialTimeout: 10 s, 3 s and 2 s by default; the last of a repeated
+// parameter counts), and user:pass@ before the hosts authenticates.
+// Unknown parameters are errors.
+//
 // A watcher lists the prefix, then watches it from the listed revision + 1;
 // after a compaction or a broken watch it lists again. When the client loses
 // its connection to every endpoint, Next returns an error wrapping

@@ -13,6 +13,11 @@
 //
 //	r, err := registry.Open(ctx, "zk://10.0.0.1:2181,10.0.0.2:2181/services?session_timeout=10s")
 //
+// The host lists the servers, the path is the prefix; the query may set
+// session_timeout and request_timeout as Go durations (Config.SessionTimeout
+// and RequestTimeout: 10 s and 3 s by default). Unknown or repeated
+// parameters, and credentials in the URL, are errors.
+//
 // The layout: a persistent node per service, <prefix>/<service>, and under
 // it one EPHEMERAL node per instance, <prefix>/<service>/<instance-id>,
 // holding the [registry.Instance] as JSON. An instance therefore disappears
