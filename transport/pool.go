@@ -91,6 +91,10 @@ type Config struct {
 	// addr sends the read-only event (it is shutting down). It must not
 	// block.
 	OnReadOnly func(addr string)
+	// OnBack is called, from the goroutine that dialed, when an address
+	// that sent the read-only event has a usable connection again: a
+	// server was restarted there. It must not block.
+	OnBack func(addr string)
 	// Logger receives connection events. Nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -676,6 +680,7 @@ func (e *endpoint) dialSlot(i int, d *dialing) {
 		}
 	}
 
+	back := false
 	e.mu.Lock()
 	if err != nil {
 		e.failures++
@@ -687,7 +692,7 @@ func (e *endpoint) dialSlot(i int, d *dialing) {
 		e.retryAt = time.Time{}
 		e.lastErr = nil
 		e.slots[i].Store(c)
-		e.readOnly.Store(false) // a fresh connection: the address is back
+		back = e.readOnly.Swap(false) // a fresh connection: the address is back
 	}
 	e.dial = nil
 	d.c, d.err = c, err
@@ -699,4 +704,10 @@ func (e *endpoint) dialSlot(i int, d *dialing) {
 		return
 	}
 	c.start()
+	if back {
+		e.p.log.Info("transport: address is back after its shutdown", "addr", e.addr)
+		if f := e.p.cfg.OnBack; f != nil {
+			f(e.addr)
+		}
+	}
 }

@@ -376,38 +376,34 @@ func (s *Server) openConnsLocked() []*serverConn {
 // everything, waits for the handlers to return, and returns ctx.Err().
 func (s *Server) Shutdown(ctx context.Context) error {
 	_, first := s.stop(true)
-	// Connections queued in the listeners are accepted first, so they
-	// are told too.
-	drained := make(chan struct{})
-	go func() { s.drains.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-ctx.Done():
-		s.closeAll()
-		return ctx.Err()
-	}
-	conns := s.openConns()
-	// Announce read-only on every connection. A write can block on a full
-	// socket, so each runs on its own goroutine; closing the connections
-	// releases any that is stuck, and Shutdown waits for them all.
+	// Announce read-only on every connection at once: from now on
+	// requests are answered "shutting down" (100), and a client must
+	// know why before it sees one, or it takes them for an overloaded
+	// instance (its breaker would open on a server about to be
+	// restarted). A write can block on a full socket, so each runs on
+	// its own goroutine; closing the connections releases any that is
+	// stuck, and Shutdown waits for them all. Connections still queued
+	// in the listeners are accepted meanwhile and announce themselves.
 	var events sync.WaitGroup
 	if first {
-		for _, sc := range conns {
-			if sc.drained {
-				continue // its reader sent the event before reading
-			}
-			events.Go(func() { _ = sc.w.writeEvent(eventReadOnly, sc.nextID.Add(1)) })
+		for _, sc := range s.openConns() {
+			events.Go(sc.announce)
 		}
 	}
 	sent := make(chan struct{})
 	go func() { events.Wait(); close(sent) }()
 	defer func() { <-sent }()
-	select {
-	case <-sent:
-	case <-ctx.Done():
-		s.closeAll()
-		return ctx.Err()
+	drained := make(chan struct{})
+	go func() { s.drains.Wait(); close(drained) }()
+	for _, ch := range []chan struct{}{sent, drained} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			s.closeAll()
+			return ctx.Err()
+		}
 	}
+	conns := s.openConns()
 
 	for s.active.Load() != 0 {
 		select {
@@ -517,6 +513,11 @@ type serverConn struct {
 	// drained: accepted during Shutdown (from the accept queue); its
 	// reader sends the read-only event before it reads anything.
 	drained bool
+	// announced sends the read-only event once, whoever comes first:
+	// Shutdown, or the reader about to answer a request with "shutting
+	// down". Once.Do returns only after the event is in the writer, so
+	// no such answer reaches the client before it.
+	announced sync.Once
 
 	mu     sync.Mutex // guards the fields below
 	closed bool
@@ -664,7 +665,7 @@ func (sc *serverConn) serve() {
 	sc.mu.Unlock()
 
 	if sc.drained {
-		_ = sc.w.writeEvent(eventReadOnly, sc.nextID.Add(1))
+		sc.announce()
 	}
 	br := bufio.NewReaderSize(sc.live.source(sc.nc), readBufferSize)
 	rd := protocol.NewReader(br, s.cfg.MaxBody)
@@ -770,6 +771,9 @@ func (sc *serverConn) dispatch(call *serverCall) {
 	}
 	if status != 0 {
 		if twoWay {
+			if status == protocol.StatusServerThreadpoolExhausted && s.shutting.Load() {
+				sc.announce() // the client learns why before it sees the 100
+			}
 			sc.answer(req, status, msg)
 		}
 		putServerCall(call)
@@ -903,6 +907,11 @@ func (s *Server) closeWorkers() {
 		s.reaper.Stop()
 		s.reaper = nil
 	}
+}
+
+// announce sends the read-only event on this connection, once.
+func (sc *serverConn) announce() {
+	sc.announced.Do(func() { _ = sc.w.writeEvent(eventReadOnly, sc.nextID.Add(1)) })
 }
 
 func (sc *serverConn) answer(req *protocol.Message, status protocol.Status, msg []byte) {

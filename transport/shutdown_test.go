@@ -533,3 +533,47 @@ func waitBlockedIn(t *testing.T, fn string, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestReadOnlyBeforeShuttingDownAnswers: from the moment Shutdown begins,
+// requests are answered 100 ("shutting down"); the read-only event comes
+// first on every connection, so a client knows why before it sees one and
+// does not take the instance for an overloaded one.
+func TestReadOnlyBeforeShuttingDownAnswers(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{ShutdownLinger: longLinger})
+	c, rd := serveRaw(t, ts.addr)
+	stop := make(chan struct{})
+	wrote := make(chan struct{})
+	go func() { // a client calling back to back, Shutdown or not
+		defer close(wrote)
+		for id := uint64(100); ; id++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			req := newRequest("x")
+			req.Header.SetID(id)
+			if _, err := c.Write(protocol.AppendMessage(nil, req)); err != nil {
+				return
+			}
+			time.Sleep(200 * time.Microsecond) // the client's pace
+		}
+	}()
+	readResponse(t, rd, c) // calls are flowing
+	shutdown := startShutdown(t, ts.srv)
+	for {
+		m := readResponse(t, rd, c)
+		if m.IsReadOnly() {
+			break
+		}
+		if m.Header.Status() == protocol.StatusServerThreadpoolExhausted {
+			t.Fatalf("request %d was answered 100 (%q) before the read-only event", m.Header.ID(), m.Payload)
+		}
+	}
+	close(stop)
+	<-wrote
+	_ = c.Close()
+	if err := waitFor(t, shutdown, "Shutdown after the client closed"); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+}
