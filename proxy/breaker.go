@@ -136,6 +136,33 @@ func (b *breakers) get(addr string) *instanceHealth {
 	return h
 }
 
+// forget drops addr's breaker, so the next call there starts a closed
+// one: a new server took the address over. A breaker that was not closed
+// is reported as closing.
+func (b *breakers) forget(addr string) {
+	b.mu.Lock()
+	old := *b.m.Load()
+	h := old[addr]
+	if h == nil {
+		b.mu.Unlock()
+		return
+	}
+	next := make(map[string]*instanceHealth, len(old))
+	for k, v := range old {
+		if k != addr {
+			next[k] = v
+		}
+	}
+	b.m.Store(&next)
+	b.mu.Unlock()
+	if from := h.cb.State(); from != gobreaker.StateClosed {
+		b.log.Info("dabb: circuit breaker reset: a new server at the address", "addr", addr, "from", from.String())
+		if b.observer != nil {
+			b.observer.BreakerChanged(addr, from.String(), gobreaker.StateClosed.String())
+		}
+	}
+}
+
 // open reports whether addr's breaker is open (a half-open breaker is not:
 // it lets probes through).
 func (b *breakers) open(addr string) bool {
@@ -194,9 +221,17 @@ func instanceFailure(err error) bool {
 	return false
 }
 
+// errDraining stands, for the breaker, for a failure from an address that
+// announced its shutdown (guarded).
+var errDraining = errors.New("proxy: the address is shutting down")
+
 // excludedFromBreaker reports errors that say nothing of the instance
-// either way: the caller gave up, or the budget was spent before sending.
+// either way: the caller gave up, the budget was spent before sending, or
+// the address announced its shutdown.
 func excludedFromBreaker(err error) bool {
+	if errors.Is(err, errDraining) {
+		return true
+	}
 	pe := asError(err)
 	if pe == nil || pe.Remote {
 		return false

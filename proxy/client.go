@@ -188,6 +188,15 @@ func NewClient(r registry.Registry, opts ...Option) *Client {
 		c.opts.cache.Logger = c.opts.logger
 	}
 	c.codec, c.codecEr = codec.ByName(c.opts.codec)
+	// A server restarted at an address that shut down is a new process:
+	// the old one's breaker history is not its own.
+	onBack := c.opts.transport.OnBack
+	c.opts.transport.OnBack = func(addr string) {
+		c.breakers.forget(addr)
+		if onBack != nil {
+			onBack(addr)
+		}
+	}
 	c.pool = transport.NewPool(c.opts.transport)
 	c.cache = registry.NewCache(r, c.opts.cache)
 	c.opts.retry = c.opts.retry.withDefaults()
@@ -463,13 +472,21 @@ func (c *Client) attempt(ctx context.Context, call *Call, done balancer.Done) er
 func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(start time.Time) error) error {
 	start := time.Now()
 	var err error
+	// A failure from an address that announced its shutdown says nothing
+	// of the next process there (a restart on the same port): it counts
+	// neither for its breaker nor for the balancer's figures.
+	draining := false
 	if c.breakers.cfg.Disabled {
 		err = run(start)
+		draining = err != nil && c.pool.ReadOnly(addr)
 	} else {
 		ran := false
 		_, berr := c.breakers.get(addr).cb.Execute(func() (struct{}, error) {
 			ran = true
 			err = run(start)
+			if draining = err != nil && c.pool.ReadOnly(addr); draining {
+				return struct{}{}, errDraining
+			}
 			return struct{}{}, err
 		})
 		if !ran {
@@ -478,7 +495,7 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 		}
 	}
 	latency := time.Since(start)
-	if instanceFailure(err) && !errors.Is(err, errBreakerOpen) {
+	if instanceFailure(err) && !errors.Is(err, errBreakerOpen) && !draining {
 		done(latency, err)
 	} else {
 		done(latency, nil)

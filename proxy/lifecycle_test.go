@@ -1,10 +1,12 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,5 +141,112 @@ func TestConfigErrorIsBadRequest(t *testing.T) {
 	_, err := invoke(ctx, c)
 	if !errors.Is(err, proxy.ErrBadRequest) || errors.Is(err, proxy.ErrUnavailable) || !strings.Contains(err.Error(), `unknown balancer "nope"`) {
 		t.Errorf("call with an unknown balancer = %v; want ErrBadRequest naming it, not ErrUnavailable", err)
+	}
+}
+
+// drainingServer accepts connections, sends each the read-only event and
+// answers every request "server shutting down" (100), as a dabb server
+// does once its Shutdown began.
+func drainingServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer nc.Close()
+				if _, err := nc.Write(protocol.AppendReadOnly(nil, 1)); err != nil {
+					return
+				}
+				rd := protocol.NewReader(bufio.NewReader(nc), 0)
+				for {
+					var req protocol.Message
+					if err := rd.Read(&req); err != nil {
+						return
+					}
+					var resp protocol.Message
+					resp.Header.Init(protocol.MakeFlags(0, req.Header.Flags().Serialization()), protocol.StatusServerThreadpoolExhausted, req.Header.ID())
+					resp.Payload = []byte("server shutting down")
+					if _, err := nc.Write(protocol.AppendMessage(nil, &resp)); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return l.Addr().String()
+}
+
+// TestDrainingAddressKeepsItsBreaker: the answers of an address that
+// announced its shutdown do not count against its breaker (the next
+// process there, a restart on the same port, would inherit it).
+func TestDrainingAddressKeepsItsBreaker(t *testing.T) {
+	addr := drainingServer(t)
+	c := client(t, []string{addr}, proxy.WithBreaker(proxy.BreakerConfig{ConsecutiveFailures: 1}))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := invoke(ctx, c); !errors.Is(err, proxy.ErrNotSent) && !errors.Is(err, proxy.ErrOverloaded) {
+		t.Fatalf("call to a draining address = %v; want it refused", err)
+	}
+	if got := c.BreakerState(addr); got != "closed" {
+		t.Errorf("the draining address's breaker is %s after its shutting-down answers; want closed", got)
+	}
+}
+
+// TestRestartResetsTheBreaker: a server restarted at an address whose
+// breaker is open gets calls as soon as it answers, not after the old
+// process's open timeout.
+func TestRestartResetsTheBreaker(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	failing := transport.NewServer(transport.HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
+		resp.Header.SetStatus(protocol.StatusServerError) // 80: counts against the breaker
+	}), transport.ServerConfig{Logger: quiet})
+	done := make(chan error, 1)
+	go func() { done <- failing.Serve(l) }()
+	c := client(t, []string{addr}, proxy.WithBreaker(proxy.BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, _ = invoke(ctx, c)
+	if got := c.BreakerState(addr); got != "open" {
+		t.Fatalf("breaker %s after a failure with ConsecutiveFailures 1; want open", got)
+	}
+	if err := failing.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	<-done
+
+	l2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen again on %s: %v", addr, err)
+	}
+	srv := transport.NewServer(transport.HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
+		b, _ := gproto.Marshal(&pb.StockReply{Sku: addr})
+		resp.Payload = append(resp.Payload[:0], b...)
+	}), transport.ServerConfig{Logger: quiet})
+	done2 := make(chan error, 1)
+	go func() { done2 <- srv.Serve(l2) }()
+	defer func() { srv.Close(); <-done2 }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := invoke(ctx, c)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server restarted at %s is not called within 5 s (breaker %s): %v", addr, c.BreakerState(addr), err)
+		}
+		time.Sleep(10 * time.Millisecond) // no event says the address is back: poll the calls
 	}
 }
