@@ -463,7 +463,9 @@ func runClient(ctx context.Context, w io.Writer, cfg config) error {
 		return err
 	}
 	defer reg.Close()
-	client := proxy.NewClient(reg)
+	// The first lookup of a service waits for the registry within the
+	// first call's budget: keep that wait below Stock's 200 ms timeout.
+	client := proxy.NewClient(reg, proxy.WithCache(registry.CacheConfig{InitialTimeout: 100 * time.Millisecond}))
 	defer client.Close()
 	inv := inventory.NewInventoryClient(client)
 	res := runWorkload(ctx, inv, cfg, fmt.Sprintf("c%d", time.Now().UnixNano()), 0, nil)
