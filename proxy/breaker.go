@@ -163,16 +163,26 @@ func (b *breakers) forget(addr string) {
 	}
 }
 
-// open reports whether addr's breaker is open (a half-open breaker is not:
-// it lets probes through).
+// open reports whether addr's breaker takes no attempt now: it is open,
+// or half-open with all its probes taken (the balancer then leaves the
+// instance out rather than have the breaker refuse what it picked).
 func (b *breakers) open(addr string) bool {
 	if b.cfg.Disabled {
 		return false
 	}
 	h := (*b.m.Load())[addr]
+	if h == nil || !h.tripped.Load() {
+		return false
+	}
 	// An open breaker turns half-open lazily, when asked after its
 	// timeout: State asks, for a breaker that is not closed.
-	return h != nil && h.tripped.Load() && h.cb.State() == gobreaker.StateOpen
+	switch h.cb.State() {
+	case gobreaker.StateOpen:
+		return true
+	case gobreaker.StateHalfOpen:
+		return h.cb.Counts().Requests >= b.cfg.HalfOpenProbes
+	}
+	return false
 }
 
 // BreakerState returns the breaker state of an instance address as gobreaker

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -111,5 +112,41 @@ func TestBreakerClasses(t *testing.T) {
 				t.Errorf("excludedFromBreaker = %v, want %v", got, tt.excluded)
 			}
 		})
+	}
+}
+
+// TestHalfOpenWithProbeInFlightIsUnavailable: while a half-open breaker's
+// probe is in flight the instance is left out, instead of being picked
+// and refused by the breaker.
+func TestHalfOpenWithProbeInFlightIsUnavailable(t *testing.T) {
+	b := newBreakers(BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: 20 * time.Millisecond}, slog.New(slog.DiscardHandler), nil)
+	const addr = "10.0.0.1:20880"
+	fail := &protocol.Error{Status: protocol.StatusServerError, Remote: true}
+	_, _ = b.get(addr).cb.Execute(func() (struct{}, error) { return struct{}{}, fail })
+	if !b.open(addr) {
+		t.Fatal("breaker not open after a failure with ConsecutiveFailures 1")
+	}
+	time.Sleep(30 * time.Millisecond) // past OpenTimeout: the breaker turns half-open
+	if b.open(addr) {
+		t.Fatal("a half-open breaker with no probe taken is left out")
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = b.get(addr).cb.Execute(func() (struct{}, error) {
+			close(entered)
+			<-release
+			return struct{}{}, nil
+		})
+	}()
+	<-entered
+	if !b.open(addr) {
+		t.Error("a half-open breaker whose probe is in flight is offered to the balancer")
+	}
+	close(release)
+	<-done
+	if b.open(addr) {
+		t.Error("the breaker is still left out after its probe succeeded")
 	}
 }
