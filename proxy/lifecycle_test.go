@@ -67,16 +67,7 @@ func TestRestartedServerFoundAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	start := func(l net.Listener) (*transport.Server, <-chan error) {
-		srv := transport.NewServer(transport.HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
-			b, _ := gproto.Marshal(&pb.StockReply{Sku: addr})
-			resp.Payload = append(resp.Payload[:0], b...)
-		}), transport.ServerConfig{Logger: quiet})
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(l) }()
-		return srv, done
-	}
-	srv, done := start(l)
+	srv, done := serveOK(l)
 	c := client(t, []string{addr})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -92,20 +83,42 @@ func TestRestartedServerFoundAgain(t *testing.T) {
 		t.Errorf("call while the only instance is shut down = %v; want it to say the instance is shutting down", err)
 	}
 
-	l2, err := net.Listen("tcp", addr)
+	restartAndCall(t, c, addr)
+}
+
+// serveOK serves l with a transport server answering every call with a
+// StockReply naming l's address; the channel gets Serve's result.
+func serveOK(l net.Listener) (*transport.Server, <-chan error) {
+	addr := l.Addr().String()
+	srv := transport.NewServer(transport.HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
+		b, _ := gproto.Marshal(&pb.StockReply{Sku: addr})
+		resp.Payload = append(resp.Payload[:0], b...)
+	}), transport.ServerConfig{Logger: quiet})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	return srv, done
+}
+
+// restartAndCall serves addr again, after its server went away, and calls
+// through c until a call succeeds, within 5 s.
+func restartAndCall(t *testing.T, c *proxy.Client, addr string) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("cannot listen again on %s: %v", addr, err)
 	}
-	srv2, done2 := start(l2)
-	defer func() { srv2.Close(); <-done2 }()
+	srv, done := serveOK(l)
+	defer func() { srv.Close(); <-done }()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		_, err := invoke(ctx, c)
 		if err == nil {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the server restarted at %s is still not called after 5 s: %v", addr, err)
+			t.Fatalf("the server restarted at %s is not called within 5 s (breaker %s): %v", addr, c.BreakerState(addr), err)
 		}
 		time.Sleep(10 * time.Millisecond) // no event says the address is back: poll the calls
 	}
@@ -226,27 +239,5 @@ func TestRestartResetsTheBreaker(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	<-done
-
-	l2, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("cannot listen again on %s: %v", addr, err)
-	}
-	srv := transport.NewServer(transport.HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
-		b, _ := gproto.Marshal(&pb.StockReply{Sku: addr})
-		resp.Payload = append(resp.Payload[:0], b...)
-	}), transport.ServerConfig{Logger: quiet})
-	done2 := make(chan error, 1)
-	go func() { done2 <- srv.Serve(l2) }()
-	defer func() { srv.Close(); <-done2 }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, err := invoke(ctx, c)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server restarted at %s is not called within 5 s (breaker %s): %v", addr, c.BreakerState(addr), err)
-		}
-		time.Sleep(10 * time.Millisecond) // no event says the address is back: poll the calls
-	}
+	restartAndCall(t, c, addr)
 }

@@ -91,16 +91,7 @@ func TestCacheNoWorkAfterClose(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("the subscriber was not called with [1,2] within 2s")
 	}
-	closed := make(chan struct{})
-	go func() {
-		c.Close()
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(waitTimeout):
-		t.Fatal("Close did not return within 2s")
-	}
+	closeWithin(t, c, "Close did not return within 2s")
 	rec.closeReturned.Store(true)
 	atClose := snapshotIDs(t, path, "a.A")
 
@@ -113,5 +104,21 @@ func TestCacheNoWorkAfterClose(t *testing.T) {
 	}
 	if n := rec.stopAfter.Load(); n != 0 {
 		t.Errorf("the cache called its watcher's Stop %d time(s) after Close had returned (the caller may have closed the registry by then)", n)
+	}
+}
+
+// closeWithin closes c from another goroutine and fails the test with
+// msg unless Close returns within waitTimeout.
+func closeWithin(t *testing.T, c *registry.Cache, msg string) {
+	t.Helper()
+	closed := make(chan struct{})
+	go func() {
+		c.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(waitTimeout):
+		t.Fatal(msg)
 	}
 }

@@ -786,16 +786,7 @@ func TestCacheCloseDoesNotWaitForSubscribers(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("b.B's subscriber was not called within 2s")
 	}
-	closed := make(chan struct{})
-	go func() {
-		c.Close()
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(waitTimeout):
-		t.Fatal("Close waited for a subscriber's call in progress")
-	}
+	closeWithin(t, c, "Close waited for a subscriber's call in progress")
 	before := calls.Load()
 	mustRegister(t, st, inst("b.B", "3"))
 	time.Sleep(100 * time.Millisecond) // a bound on what must not happen
