@@ -43,14 +43,7 @@ func TestUncountedWrites(t *testing.T) {
 			writeMarkdown(&md, res, "bench.svg")
 			checkText(t, md.String(), tc.want, tc.not)
 
-			var b bytes.Buffer
-			if err := writeCSV(&b, res); err != nil {
-				t.Fatal(err)
-			}
-			rows, err := csv.NewReader(&b).ReadAll()
-			if err != nil {
-				t.Fatal(err)
-			}
+			rows := csvRows(t, res)
 			cr, cw := slices.Index(csvHeader, "client_reads_per_call"), slices.Index(csvHeader, "client_writes_per_call")
 			sr, sw := slices.Index(csvHeader, "server_reads_per_call"), slices.Index(csvHeader, "server_writes_per_call")
 			for _, r := range rows[1:] {
@@ -86,14 +79,7 @@ func TestPerCallCountsLargeCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b bytes.Buffer
-	if err := writeCSV(&b, &results{cfg: cfg, points: []point{p}}); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := csv.NewReader(&b).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := csvRows(t, &results{cfg: cfg, points: []point{p}})
 	want := map[string]string{"calls": "60", "calls_per_s": "60.000", "large_calls": "40",
 		"client_cpu_s_per_100k": "3.000", "server_cpu_s_per_100k": "1.000", "cpu_us_per_call": "40.000",
 		"client_reads_per_call": "3.000", "client_writes_per_call": "1.000"}
@@ -102,4 +88,18 @@ func TestPerCallCountsLargeCalls(t *testing.T) {
 			t.Errorf("CSV %s = %q, want %q", col, got, v)
 		}
 	}
+}
+
+// csvRows writes res as CSV and reads it back.
+func csvRows(t *testing.T, res *results) [][]string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := writeCSV(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&b).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
 }

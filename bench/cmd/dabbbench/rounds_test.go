@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -332,14 +331,7 @@ func madeRun(t *testing.T) *results {
 
 func TestWriteCSVRounds(t *testing.T) {
 	res := madeRun(t)
-	var b bytes.Buffer
-	if err := writeCSV(&b, res); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := csv.NewReader(&b).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := csvRows(t, res)
 	if !slices.Equal(rows[0], csvHeader) || rows[0][len(rows[0])-2] != "round" || rows[0][len(rows[0])-1] != "median" {
 		t.Fatalf("header %q, want %q ending in round, median", rows[0], csvHeader)
 	}
