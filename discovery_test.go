@@ -220,3 +220,52 @@ func TestServeFailsWhenRegistryIsDown(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestServeWhileEtcdIsDown: with WithRegistryCheck(false), a server whose
+// etcd cannot be reached serves anyway and keeps publishing in the
+// background (etcd's errors count as unreachable); Close ends it, and the
+// listener with it.
+func TestServeWhileEtcdIsDown(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	reg := openRegistry(t, "etcd://"+dead+"/services?timeout=500ms&dial_timeout=200ms")
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithRegistryCheck(false), dabb.WithLogger(quiet))
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	sl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(sl) }()
+	c, err := net.DialTimeout("tcp", sl.Addr().String(), 10*time.Second)
+	if err != nil {
+		t.Fatalf("the server does not accept while etcd is down: %v", err)
+	}
+	c.Close()
+	// The first publishing attempt takes the registry's 500 ms timeout;
+	// Serve has not given up by well after it.
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned %v with etcd down, want it serving", err)
+	case <-time.After(2 * time.Second): // a bound on what must not happen
+	}
+	s.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, dabb.ErrServerClosed) {
+			t.Errorf("Serve after Close = %v, want ErrServerClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after Close")
+	}
+	if c, err := net.DialTimeout("tcp", sl.Addr().String(), time.Second); err == nil {
+		c.Close()
+		t.Fatal("the listener is still open after Close")
+	}
+}

@@ -3,9 +3,11 @@ package dabb_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ type gatedRegistry struct {
 	mu      sync.Mutex
 	live    map[string]registry.Instance
 	refuse  string        // Register of this service fails
+	down    atomic.Int32  // this many Registers fail as unreachable
 	held    string        // "register", "deregister" or "": the calls that wait for hold
 	hold    chan struct{} // closed to let held calls go (or their ctx ends)
 	entered chan string   // "register S" / "deregister S", as calls begin
@@ -46,6 +49,9 @@ func (r *gatedRegistry) Register(ctx context.Context, in registry.Instance) erro
 	r.entered <- "register " + in.Service
 	if in.Service == r.refuse {
 		return errors.New("gated: register refused")
+	}
+	if r.down.Add(-1) >= 0 {
+		return fmt.Errorf("gated: %w", registry.ErrUnavailable)
 	}
 	if err := r.wait(ctx, "register"); err != nil {
 		return err
@@ -276,5 +282,76 @@ func TestRegisterServiceWhileServing(t *testing.T) {
 	}
 	if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
 		t.Errorf("Serve = %v", err)
+	}
+}
+
+// TestServeWhileRegistryDown: with WithRegistryCheck(false), a server
+// started while its registry cannot be reached serves at once and
+// publishes itself as soon as the registry answers; Shutdown withdraws it
+// as usual.
+func TestServeWhileRegistryDown(t *testing.T) {
+	reg := newGatedRegistry("")
+	reg.down.Store(3)
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithRegistryCheck(false), dabb.WithLogger(quiet))
+	defer s.Close()
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	addr, done := serveGated(t, s)
+	for range 4 { // three refused attempts, then the one that succeeds
+		awaitEntered(t, reg, "register "+probeDesc.Name)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("the server does not accept while its registry is down: %v", err)
+	}
+	c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for reg.count() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("not published after the registry answered")
+		}
+		time.Sleep(5 * time.Millisecond) // the fourth Register is under way: poll its result
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned %v while serving", err)
+	default:
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if n := reg.count(); n != 0 {
+		t.Errorf("%d instance(s) still published after Shutdown", n)
+	}
+	if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
+		t.Errorf("Serve = %v", err)
+	}
+}
+
+// TestShutdownStopsBackgroundPublishing: a Shutdown while the registry is
+// still unreachable ends the background publishing; nothing is published
+// afterwards.
+func TestShutdownStopsBackgroundPublishing(t *testing.T) {
+	reg := newGatedRegistry("")
+	reg.down.Store(1 << 30)
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithRegistryCheck(false), dabb.WithLogger(quiet))
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	_, done := serveGated(t, s)
+	awaitEntered(t, reg, "register "+probeDesc.Name)
+	awaitEntered(t, reg, "register "+probeDesc.Name) // a background attempt
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
+		t.Errorf("Serve = %v", err)
+	}
+	reg.down.Store(0) // the registry is back: nothing may publish now
+	select {
+	case got := <-reg.entered:
+		t.Errorf("registry call %q after Shutdown returned", got)
+	case <-time.After(300 * time.Millisecond): // a bound on what must not happen
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -31,6 +32,7 @@ type options struct {
 	weight     int
 	metadata   map[string]string
 	regTimeout time.Duration
+	lazy       bool // WithRegistryCheck(false)
 }
 
 // WithMaxConcurrent bounds the requests running at once; a request over the
@@ -61,6 +63,15 @@ func WithRegistry(r registry.Registry) Option { return func(o *options) { o.regi
 // replaced by this machine's first non-loopback, non-link-local address
 // (IPv4 preferred), or 127.0.0.1 when it has none: set the address then.
 func WithAdvertiseAddr(addr string) Option { return func(o *options) { o.advertise = addr } }
+
+// WithRegistryCheck sets what Serve does when the registry cannot be
+// reached (an error wrapping registry.ErrUnavailable, or the registry
+// timeout) as it publishes, like Dubbo's registry check. With true, the
+// default, Serve fails: a server nobody can find says so at start. With
+// false, Serve serves anyway and keeps publishing in the background, with
+// backoff, until it succeeds or the server stops, so a server restarted
+// during a registry outage appears once the registry is back.
+func WithRegistryCheck(check bool) Option { return func(o *options) { o.lazy = !check } }
 
 // WithInstance sets the weight and metadata published with each instance.
 func WithInstance(weight int, metadata map[string]string) Option {
@@ -155,7 +166,7 @@ func (s *Server) RegisterService(desc *ServiceDesc, impl any) error {
 	if !locked || s.pubCtx.Err() != nil || len(s.serving) == 0 {
 		return nil
 	}
-	mine, err := s.register(svc, s.serving)
+	mine, err := s.register(s.pubCtx, svc, s.serving)
 	if err != nil {
 		_ = s.swapServices(func(m map[string]*service) error { delete(m, svc.name); return nil })
 		return err
@@ -182,22 +193,98 @@ func (s *Server) swapServices(edit func(map[string]*service) error) error {
 
 // Serve accepts connections on l and serves them until Shutdown or Close,
 // when it returns ErrServerClosed. With a registry, it first publishes every
-// registered service at the advertised address; if that fails it closes l and
-// returns the error. If l fails on its own (closed by someone else), Serve
-// withdraws what it published before it returns the error, so clients
-// stop choosing an address nobody answers at.
+// registered service at the advertised address; if that fails it closes l
+// and returns the error, unless the registry could not be reached and
+// WithRegistryCheck(false) was given: then it serves and keeps publishing
+// in the background. If l fails on its
+// own (closed by someone else), Serve withdraws what it published before
+// it returns the error, so clients stop choosing an address nobody
+// answers at.
 func (s *Server) Serve(l net.Listener) error {
-	adv, err := s.publish(l.Addr())
+	adv, err := s.advertised(l.Addr())
 	if err != nil {
 		l.Close()
 		return err
 	}
+	var later *republisher
+	if adv != "" {
+		if err := s.publishAt(s.pubCtx, adv); err != nil {
+			if !s.opts.lazy || !unreachable(err) || s.pubCtx.Err() != nil {
+				l.Close()
+				return err
+			}
+			s.log.Warn("dabb: registry unreachable; serving, and publishing in the background", "addr", adv, "err", err)
+			later = s.republish(adv)
+		}
+	}
 	err = s.ts.Serve(l)
+	if later != nil {
+		later.stop()
+	}
 	if adv != "" && !errors.Is(err, ErrServerClosed) {
 		s.log.Warn("dabb: listener failed; withdrawing its instances", "addr", adv, "err", err)
 		err = errors.Join(err, s.unpublish(adv))
 	}
 	return err
+}
+
+// unreachable reports a publishing error that a later attempt may not
+// have: the registry could not be reached, or did not answer in time.
+func unreachable(err error) bool {
+	return errors.Is(err, registry.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// republisher publishes one address in the background (Serve, when the
+// registry could not be reached).
+type republisher struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Backoff between background publishing attempts.
+const (
+	republishMin = 100 * time.Millisecond
+	republishMax = 30 * time.Second
+)
+
+// republish starts publishing adv in the background, with jittered
+// backoff, until it succeeds, fails for another reason than an
+// unreachable registry, or stop (or the withdrawal) ends it.
+func (s *Server) republish(adv string) *republisher {
+	ctx, cancel := context.WithCancel(s.pubCtx)
+	r := &republisher{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		delay := republishMin
+		for {
+			t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			err := s.publishAt(ctx, adv)
+			switch {
+			case err == nil:
+				s.log.Info("dabb: published once the registry answered", "addr", adv)
+				return
+			case ctx.Err() != nil:
+				return
+			case !unreachable(err):
+				s.log.Error("dabb: publishing failed; serving unpublished", "addr", adv, "err", err)
+				return
+			}
+			delay = min(2*delay, republishMax)
+		}
+	}()
+	return r
+}
+
+// stop ends the background publishing and waits for it.
+func (r *republisher) stop() {
+	r.cancel()
+	<-r.done
 }
 
 // ListenAndServe listens on the TCP address addr and calls Serve.
@@ -232,42 +319,45 @@ func (s *Server) Close() error {
 	return errors.Join(werr, s.ts.Close())
 }
 
-// publish registers every service at l's advertised address, which it
-// returns ("" without a registry). A failure withdraws what this call
-// registered, so a Serve that fails leaves nothing behind in the registry.
-func (s *Server) publish(addr net.Addr) (string, error) {
+// advertised returns the address to publish for a listener at addr, ""
+// without a registry.
+func (s *Server) advertised(addr net.Addr) (string, error) {
 	if s.opts.registry == nil {
 		return "", nil
 	}
-	adv, err := advertiseAddr(s.opts.advertise, addr)
-	if err != nil {
-		return "", err
-	}
+	return advertiseAddr(s.opts.advertise, addr)
+}
+
+// publishAt registers every service at adv, within ctx (the server's
+// publishing context or one derived from it). A failure withdraws what
+// this call registered, so a Serve that fails leaves nothing behind in the
+// registry.
+func (s *Server) publishAt(ctx context.Context, adv string) error {
 	select {
 	case s.pubSem <- struct{}{}:
-	case <-s.pubCtx.Done():
-		return "", ErrServerClosed
+	case <-ctx.Done():
+		return ErrServerClosed
 	}
 	defer func() { <-s.pubSem }()
-	if s.pubCtx.Err() != nil {
-		return "", ErrServerClosed
+	if ctx.Err() != nil {
+		return ErrServerClosed
 	}
 	var mine []registry.Instance
 	for _, svc := range *s.services.Load() {
-		in, err := s.register(svc, []string{adv})
+		in, err := s.register(ctx, svc, []string{adv})
 		if err != nil {
-			return "", errors.Join(err, s.deregister(context.Background(), mine))
+			return errors.Join(err, s.deregister(context.Background(), mine))
 		}
 		mine = append(mine, in...)
 	}
 	s.published = append(s.published, mine...)
 	s.serving = append(s.serving, adv)
-	return adv, nil
+	return nil
 }
 
 // register publishes svc at each of the advertised addresses, with pubSem
-// held. A failure withdraws what this call registered.
-func (s *Server) register(svc *service, addrs []string) ([]registry.Instance, error) {
+// held, within ctx. A failure withdraws what this call registered.
+func (s *Server) register(ctx context.Context, svc *service, addrs []string) ([]registry.Instance, error) {
 	var mine []registry.Instance
 	for _, adv := range addrs {
 		in := registry.Instance{
@@ -277,12 +367,12 @@ func (s *Server) register(svc *service, addrs []string) ([]registry.Instance, er
 			Weight:   s.opts.weight,
 			Metadata: s.opts.metadata,
 		}
-		ctx, cancel := context.WithTimeout(s.pubCtx, s.opts.regTimeout)
-		err := s.opts.registry.Register(ctx, in)
+		rctx, cancel := context.WithTimeout(ctx, s.opts.regTimeout)
+		err := s.opts.registry.Register(rctx, in)
 		cancel()
 		if err != nil {
 			err = fmt.Errorf("dabb: publish %s at %s: %w", svc.name, adv, err)
-			if s.pubCtx.Err() != nil {
+			if ctx.Err() != nil {
 				err = fmt.Errorf("%w (shutting down): %w", ErrServerClosed, err)
 			}
 			return nil, errors.Join(err, s.deregister(context.Background(), mine))
