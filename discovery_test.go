@@ -187,10 +187,10 @@ func TestSnapshotClientProcess(t *testing.T) {
 	fmt.Println("snapshot client: 20 calls ok")
 }
 
-// TestServeFailsWhenRegistryIsDown: a server that cannot publish itself
-// says so at start, within the registry's request timeout, instead of
-// serving unseen; its listener is closed.
-func TestServeFailsWhenRegistryIsDown(t *testing.T) {
+// serverWithDeadEtcd returns a server (with opts) whose registry is an
+// etcd nobody listens at, and a listener for it.
+func serverWithDeadEtcd(t *testing.T, opts ...dabb.Option) (*dabb.Server, net.Listener) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestServeFailsWhenRegistryIsDown(t *testing.T) {
 	dead := l.Addr().String()
 	l.Close()
 	reg := openRegistry(t, "etcd://"+dead+"/services?timeout=500ms&dial_timeout=200ms")
-	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
+	s := dabb.NewServer(append([]dabb.Option{dabb.WithRegistry(reg), dabb.WithLogger(quiet)}, opts...)...)
 	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
 		t.Fatal(err)
 	}
@@ -206,8 +206,16 @@ func TestServeFailsWhenRegistryIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, sl
+}
+
+// TestServeFailsWhenRegistryIsDown: a server that cannot publish itself
+// says so at start, within the registry's request timeout, instead of
+// serving unseen; its listener is closed.
+func TestServeFailsWhenRegistryIsDown(t *testing.T) {
+	s, sl := serverWithDeadEtcd(t)
 	start := time.Now()
-	err = s.Serve(sl)
+	err := s.Serve(sl)
 	if err == nil || !strings.Contains(err.Error(), "publish test.Probe") {
 		t.Fatalf("Serve with the registry down returned %v, want a publish error", err)
 	}
@@ -226,21 +234,7 @@ func TestServeFailsWhenRegistryIsDown(t *testing.T) {
 // background (etcd's errors count as unreachable); Close ends it, and the
 // listener with it.
 func TestServeWhileEtcdIsDown(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := l.Addr().String()
-	l.Close()
-	reg := openRegistry(t, "etcd://"+dead+"/services?timeout=500ms&dial_timeout=200ms")
-	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithRegistryCheck(false), dabb.WithLogger(quiet))
-	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
-		t.Fatal(err)
-	}
-	sl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, sl := serverWithDeadEtcd(t, dabb.WithRegistryCheck(false))
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(sl) }()
 	c, err := net.DialTimeout("tcp", sl.Addr().String(), 10*time.Second)
