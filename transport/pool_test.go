@@ -882,3 +882,45 @@ func TestCloseDuringProbe(t *testing.T) {
 		nc.Close()
 	}
 }
+
+// TestProbeRefusesAStrangeAnswer: a probe whose heartbeat is answered by
+// something else than a heartbeat response (here a call's response, from
+// a server speaking the protocol wrongly) does not clear the read-only
+// mark.
+func TestProbeRefusesAStrangeAnswer(t *testing.T) {
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	addr, l, c := readOnlyAddr(t, p)
+	_ = c.Close()
+	accepted := make(chan net.Conn, 100)
+	go func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- nc
+			var resp protocol.Message
+			resp.Header.Init(protocol.MakeFlags(0, 22), protocol.StatusOK, 1)
+			_, _ = nc.Write(protocol.AppendMessage(nil, &resp))
+		}
+	}()
+	// Ask until a probe was answered and, with backoff, a second began.
+	deadline := time.Now().Add(defaultTestTimeout)
+	for len(accepted) < 2 {
+		if !p.ReadOnly(addr) {
+			t.Fatal("a probe answered with a call's response cleared the read-only mark")
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no second probe came")
+		}
+		time.Sleep(time.Millisecond) // a balancer asking at its call rate
+	}
+	if !p.ReadOnly(addr) {
+		t.Fatal("a probe answered with a call's response cleared the read-only mark")
+	}
+	_ = l.Close()
+	for nc := range accepted {
+		nc.Close()
+	}
+}
