@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs all of dabb's checks and tests: go vet, gofmt, staticcheck, and
+# Runs all of dabb's checks and tests: go vet (also for darwin and windows,
+# where the library builds), gofmt, staticcheck, and
 # go test -race over every package, against real ZooKeeper and etcd servers
 # that the tests start on loopback ports; then the same checks over the
 # bench module (bench/, its own go.mod, so the peers it measures stay out of
@@ -32,8 +33,10 @@ if [ ${#need[@]} -gt 0 ]; then
 	fi
 fi
 
-echo "== go vet"
+echo "== go vet (linux, and darwin and windows for the portable parts)"
 go vet ./...
+GOOS=darwin go vet ./...
+GOOS=windows go vet ./...
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))

@@ -5,9 +5,7 @@ import (
 	"net"
 	"runtime"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/dabbrpc/dabb/protocol"
 )
@@ -93,15 +91,6 @@ func BenchmarkRoundTrip(b *testing.B) {
 			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
-}
-
-// cpuTime returns the process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 type countingConn struct {
