@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -41,6 +42,8 @@ var quiet = slog.New(slog.DiscardHandler)
 //	"panic"        panics
 //	"fail"         returns a plain error
 //	"bad"          returns a status 40 error
+//	"wrapbad"      returns a status 40 error wrapped by fmt.Errorf
+//	"errorf"       returns protocol.Errorf(60, ...) wrapping io.EOF
 //	"sleep:<dur>"  sleeps (or until ctx ends), then answers
 //	"stall:<dur>"  sleeps, ignoring ctx, then answers
 //	"block"        waits until the test releases it
@@ -76,6 +79,8 @@ func (p *probe) Do(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, e
 		return nil, &protocol.Error{Status: protocol.StatusBadRequest, Msg: "probe: asked for a bad request"}
 	case sku == "wrapbad":
 		return nil, fmt.Errorf("probe: looking it up: %w", &protocol.Error{Status: protocol.StatusBadRequest, Msg: "no such sku"})
+	case sku == "errorf":
+		return nil, protocol.Errorf(protocol.StatusServiceNotFound, "probe: no sku %q: %w", "x", io.EOF)
 	case sku == "relay":
 		time.Sleep(100 * time.Millisecond) // spend some of the budget first
 		return call(ctx, p.relay, "echo", proxy.Timeout(10*time.Second))
@@ -197,6 +202,7 @@ func TestCallOutcomes(t *testing.T) {
 		{"panic", protocol.StatusServiceError, proxy.ErrServiceError, "panic"},
 		{"bad", protocol.StatusBadRequest, proxy.ErrBadRequest, "probe: asked for a bad request"},
 		{"wrapbad", protocol.StatusBadRequest, proxy.ErrBadRequest, "probe: looking it up: no such sku"},
+		{"errorf", protocol.StatusServiceNotFound, proxy.ErrNotFound, `probe: no sku "x": EOF`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.sku, func(t *testing.T) {

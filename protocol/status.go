@@ -3,6 +3,7 @@ package protocol
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 )
 
@@ -149,6 +150,26 @@ func (e *Error) Error() string {
 		b = append(b, e.Err.Error()...)
 	}
 	return string(b)
+}
+
+// Errorf returns an error of status s whose message is formatted as
+// fmt.Errorf formats it; a cause wrapped with %w stays reachable through
+// errors.Is and errors.As in this process (only the status and the message
+// travel). It is how a handler chooses its status, as gRPC's status.Errorf:
+//
+//	return nil, protocol.Errorf(protocol.StatusBadRequest, "count must be positive, got %d", n)
+//
+// A dabb server passes 25, 40, 60 and 70 from a handler as they are and
+// answers 70 for any other status (see docs/design.md).
+func Errorf(s Status, format string, args ...any) *Error {
+	err := fmt.Errorf(format, args...)
+	e := &Error{Status: s, Msg: err.Error()}
+	if errors.Unwrap(err) != nil {
+		e.Err = err
+	} else if m, ok := err.(interface{ Unwrap() []error }); ok && len(m.Unwrap()) > 0 {
+		e.Err = err
+	}
+	return e
 }
 
 // Unwrap returns the cause.

@@ -183,3 +183,31 @@ func TestStatusOf(t *testing.T) {
 		})
 	}
 }
+
+func TestErrorf(t *testing.T) {
+	e := protocol.Errorf(protocol.StatusBadRequest, "count must be positive, got %d", -2)
+	if e.Status != protocol.StatusBadRequest || e.Remote || e.Err != nil {
+		t.Fatalf("Errorf = %#v, want a local 40 with no cause", e)
+	}
+	if got, want := e.Error(), "status 40 (bad request): count must be positive, got -2"; got != want {
+		t.Fatalf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(e, protocol.ErrBadRequest) {
+		t.Fatal("Errorf(40) does not match ErrBadRequest")
+	}
+
+	// A cause wrapped with %w (one or several) stays reachable, and its
+	// text is not repeated.
+	cause := io.ErrUnexpectedEOF
+	for _, e := range []*protocol.Error{
+		protocol.Errorf(protocol.StatusServiceError, "read ledger: %w", cause),
+		protocol.Errorf(protocol.StatusServiceError, "read ledger: %w, %w", cause, context.Canceled),
+	} {
+		if !errors.Is(e, cause) || !errors.Is(e, protocol.ErrServiceError) {
+			t.Fatalf("%v: cause or status not matched", e)
+		}
+		if got := e.Error(); got != "status 70 (service error): "+e.Msg {
+			t.Fatalf("Error() = %q repeats or drops the message %q", got, e.Msg)
+		}
+	}
+}

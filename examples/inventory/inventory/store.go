@@ -94,7 +94,7 @@ var _ Inventory = (*Store)(nil)
 func (s *Store) Deduct(ctx context.Context, req *pb.DeductRequest) (*pb.DeductReply, error) {
 	s.calls.Add(1)
 	if req.GetCount() <= 0 {
-		return nil, &protocol.Error{Status: protocol.StatusBadRequest, Msg: fmt.Sprintf("count must be positive, got %d", req.GetCount())}
+		return nil, protocol.Errorf(protocol.StatusBadRequest, "count must be positive, got %d", req.GetCount())
 	}
 	id := req.GetRequestId()
 	if id == "" {
@@ -117,7 +117,7 @@ func (s *Store) Deduct(ctx context.Context, req *pb.DeductRequest) (*pb.DeductRe
 	}
 	have, ok := s.stock[req.GetSku()]
 	if !ok {
-		return nil, &protocol.Error{Status: protocol.StatusBadRequest, Msg: "unknown sku " + req.GetSku()}
+		return nil, protocol.Errorf(protocol.StatusBadRequest, "unknown sku %s", req.GetSku())
 	}
 	if have < int64(req.GetCount()) {
 		return nil, fmt.Errorf("%w: %s has %d, asked for %d", ErrInsufficientStock, req.GetSku(), have, req.GetCount())
@@ -167,7 +167,7 @@ func (s *Store) Stock(ctx context.Context, req *pb.StockRequest) (*pb.StockReply
 	n, ok := s.stock[req.GetSku()]
 	s.mu.Unlock()
 	if !ok {
-		return nil, &protocol.Error{Status: protocol.StatusBadRequest, Msg: "unknown sku " + req.GetSku()}
+		return nil, protocol.Errorf(protocol.StatusBadRequest, "unknown sku %s", req.GetSku())
 	}
 	return &pb.StockReply{Sku: req.GetSku(), Count: n}, nil
 }
