@@ -15,7 +15,7 @@ import (
 // lock before it writes without it: a writer holds it for one read and
 // one write of a small file, so only a stuck one (a hung file system)
 // holds it longer.
-const lockWait = 2 * time.Second
+var lockWait = 2 * time.Second
 
 // lockSnapshot takes an exclusive advisory lock (flock) on the directory
 // of the snapshot file, which serializes the read-merge-write of writers
