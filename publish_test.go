@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -21,7 +22,7 @@ import (
 type gatedRegistry struct {
 	mu      sync.Mutex
 	live    map[string]registry.Instance
-	refuse  string        // Register of this service fails
+	refuse  string        // Register of this service fails (set before use, or under mu)
 	down    atomic.Int32  // this many Registers fail as unreachable
 	held    string        // "register", "deregister" or "": the calls that wait for hold
 	hold    chan struct{} // closed to let held calls go (or their ctx ends)
@@ -49,7 +50,10 @@ func (r *gatedRegistry) wait(ctx context.Context, op string) error {
 
 func (r *gatedRegistry) Register(ctx context.Context, in registry.Instance) error {
 	r.entered <- "register " + in.Service
-	if in.Service == r.refuse {
+	r.mu.Lock()
+	refused := in.Service == r.refuse
+	r.mu.Unlock()
+	if refused {
 		return errors.New("gated: register refused")
 	}
 	if r.down.Add(-1) >= 0 {
@@ -357,3 +361,66 @@ func TestShutdownStopsBackgroundPublishing(t *testing.T) {
 	case <-time.After(300 * time.Millisecond): // a bound on what must not happen
 	}
 }
+
+// TestBackgroundPublishingStopsOnRefusal: background publishing ends when
+// the registry answers but refuses the instance (retrying cannot help): it
+// logs the error once and the server goes on serving, unpublished.
+func TestBackgroundPublishingStopsOnRefusal(t *testing.T) {
+	reg := newGatedRegistry("")
+	reg.down.Store(1)
+	logs := make(chan string, 16)
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithRegistryCheck(false), dabb.WithLogger(slog.New(chanHandler(logs))))
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	addr, done := serveGated(t, s)
+	awaitEntered(t, reg, "register "+probeDesc.Name) // Serve's own attempt: unreachable
+	reg.mu.Lock()
+	reg.refuse = probeDesc.Name
+	reg.mu.Unlock()
+	awaitEntered(t, reg, "register "+probeDesc.Name) // the background attempt: refused
+	for msg := "dabb: publishing failed; serving unpublished"; ; {
+		select {
+		case got := <-logs:
+			if got != msg {
+				continue
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no log %q after the registry refused", msg)
+		}
+		break
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("the server stopped accepting when publishing failed: %v", err)
+	}
+	c.Close()
+	select {
+	case got := <-reg.entered:
+		t.Errorf("registry call %q after a refusal: publishing goes on", got)
+	case err := <-done:
+		t.Fatalf("Serve returned %v", err)
+	case <-time.After(600 * time.Millisecond): // past the next backoff (at most 400 ms): must not happen
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
+		t.Errorf("Serve = %v", err)
+	}
+}
+
+// chanHandler is a slog.Handler sending each record's message to a
+// channel (dropping it when the channel is full).
+type chanHandler chan<- string
+
+func (h chanHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h chanHandler) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h <- r.Message:
+	default:
+	}
+	return nil
+}
+func (h chanHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h chanHandler) WithGroup(string) slog.Handler      { return h }
