@@ -40,6 +40,9 @@ type seen struct {
 	runs        atomic.Int64
 	healed      atomic.Bool // a failing server answers OK from now on
 	cancelled   atomic.Int64
+	// cancels, if not nil, gets a value for each cancelled request
+	// (waitCancel); give it room for all of them.
+	cancels chan struct{}
 }
 
 // serve starts a transport server whose handler records the request and
@@ -72,6 +75,9 @@ func serve(t *testing.T, s *seen, status protocol.Status, cfg transport.ServerCo
 		if status == waitCancel {
 			<-ctx.Done()
 			s.cancelled.Add(1)
+			if s.cancels != nil {
+				s.cancels <- struct{}{}
+			}
 			return
 		}
 		if status == stall {
@@ -471,7 +477,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 }
 
 func TestHedgedCall(t *testing.T) {
-	slow, fast := &seen{}, &seen{}
+	slow, fast := &seen{cancels: make(chan struct{}, 16)}, &seen{}
 	slowAddr := serve(t, slow, waitCancel, transport.ServerConfig{})
 	fastAddr := serve(t, fast, 0, transport.ServerConfig{})
 	c := client(t, []string{slowAddr, fastAddr}, proxy.WithBalancer("round_robin"),
@@ -496,11 +502,12 @@ func TestHedgedCall(t *testing.T) {
 		t.Fatal("no attempt went to the slow instance: the test proves nothing")
 	}
 	// The losing attempts were cancelled on the server (the cancel event).
-	for slow.cancelled.Load() != hit {
-		if ctx.Err() != nil {
+	for range hit {
+		select {
+		case <-slow.cancels:
+		case <-ctx.Done():
 			t.Fatalf("%d of %d losing attempts were cancelled on the server", slow.cancelled.Load(), hit)
 		}
-		time.Sleep(5 * time.Millisecond) // polls a counter the server bumps; no event to await
 	}
 	// A method that is not idempotent is never hedged.
 	before := slow.runs.Load() + fast.runs.Load()
