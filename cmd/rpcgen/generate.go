@@ -207,7 +207,7 @@ func hideGenerated(dir string) (map[string][]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rpcgen: %w", err)
 		}
-		if !bytes.HasPrefix(src, []byte(generatedHeader)) {
+		if !isGenerated(src) {
 			continue
 		}
 		f, err := parser.ParseFile(token.NewFileSet(), path, src, parser.PackageClauseOnly)
@@ -217,6 +217,13 @@ func hideGenerated(dir string) (map[string][]byte, error) {
 		overlay[path] = []byte("package " + f.Name.Name + "\n")
 	}
 	return overlay, nil
+}
+
+// isGenerated reports whether src starts with generatedHeader, whatever its
+// line ending: a checkout may have turned "\n" into "\r\n".
+func isGenerated(src []byte) bool {
+	line, _, _ := bytes.Cut(src, []byte("\n"))
+	return string(bytes.TrimSuffix(line, []byte("\r")))+"\n" == generatedHeader
 }
 
 // usable fails when the package cannot be read at all. Type errors are

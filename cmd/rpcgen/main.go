@@ -235,7 +235,7 @@ func writeFiles(files []outFile) error {
 				return fmt.Errorf("rpcgen: %w", err)
 			case bytes.Equal(old, f.src):
 				continue
-			case !bytes.HasPrefix(old, []byte(generatedHeader)):
+			case !isGenerated(old):
 				return fmt.Errorf("rpcgen: refusing to overwrite %s: it was not written by rpcgen", f.path)
 			}
 		}

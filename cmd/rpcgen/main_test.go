@@ -268,6 +268,47 @@ func smallModule(t *testing.T, files map[string]string) string {
 	return dir
 }
 
+// svcDecls is the body of a small service file, after its package clause.
+const svcDecls = `
+import "context"
+
+type Req struct{}
+
+type Svc interface {
+	M(ctx context.Context, req *Req) (*Req, error)
+}
+`
+
+// generateAndWrite runs rpcgen without its command line, failing the test on
+// error.
+func generateAndWrite(t *testing.T, cfg config, output string) []outFile {
+	t.Helper()
+	files, err := generate(cfg, output)
+	if err != nil {
+		t.Fatalf("generate: %v", err)
+	}
+	if err := writeFiles(files); err != nil {
+		t.Fatalf("writeFiles: %v", err)
+	}
+	return files
+}
+
+// TestRegenerateCRLFCopy: a generated file checked out with CRLF line
+// endings (git's core.autocrlf) is still recognised as rpcgen's: it is
+// hidden from the loader and overwritten, not taken for hand-written code.
+func TestRegenerateCRLFCopy(t *testing.T) {
+	dir := smallModule(t, map[string]string{"svc.go": "package small\n" + svcDecls})
+	files := generateAndWrite(t, config{dir: dir, types: []string{"Svc"}}, "")
+	crlf := bytes.ReplaceAll(files[0].src, []byte("\n"), []byte("\r\n"))
+	if err := os.WriteFile(files[0].path, crlf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	generateAndWrite(t, config{dir: dir, types: []string{"Svc"}}, "")
+	if src, _ := os.ReadFile(files[0].path); !bytes.Equal(src, files[0].src) {
+		t.Errorf("the CRLF copy was not regenerated; the file starts:\n%q", src[:min(len(src), 120)])
+	}
+}
+
 // TestNamesTheOutputWouldMisread: a package-level declaration hiding a
 // builtin the generated code uses, and a message type named like one of
 // its variables, are refused (the output would not compile, or would mean
