@@ -180,7 +180,10 @@ func (b *breakers) open(addr string) bool {
 	case gobreaker.StateOpen:
 		return true
 	case gobreaker.StateHalfOpen:
-		return h.cb.Counts().Requests >= b.cfg.HalfOpenProbes
+		// A probe whose outcome was excluded (the caller gave up, the
+		// address is draining) frees its slot, as in gobreaker itself.
+		n := h.cb.Counts()
+		return n.Requests-min(n.Requests, n.TotalExclusions) >= b.cfg.HalfOpenProbes
 	}
 	return false
 }

@@ -384,6 +384,15 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 			call.SetAttachment(protocol.AttachIdempotencyKey, c.newKey())
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		// Before any pick: a call nobody waits for takes no probe of a
+		// half-open breaker and no place in the balancer's figures.
+		status, msg := protocol.StatusClientError, "call cancelled before sending"
+		if errors.Is(err, context.DeadlineExceeded) {
+			status, msg = protocol.StatusClientTimeout, "deadline exceeded before sending"
+		}
+		return &protocol.Error{Status: status, Msg: msg, Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}
+	}
 	if call.Hedge > 0 && call.Idempotent {
 		return c.hedged(ctx, call, st)
 	}

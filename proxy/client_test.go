@@ -476,6 +476,54 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	}
 }
 
+// TestCancelledCallKeepsHalfOpenBreakerUsable: a call whose caller has
+// already given up, made while a breaker is half-open, neither takes the
+// probe nor leaves the instance out: the next call goes through, succeeds
+// and closes the breaker. (A probe whose outcome the breaker excluded once
+// counted as taken for good, and a healthy instance was lost until the
+// process restarted; TestHalfOpenWithProbeInFlightIsUnavailable covers
+// the excluded probe itself.)
+func TestCancelledCallKeepsHalfOpenBreakerUsable(t *testing.T) {
+	s := &seen{}
+	addr := serve(t, s, protocol.StatusServerError, transport.ServerConfig{})
+	const openFor = 50 * time.Millisecond
+	c := client(t, []string{addr}, proxy.WithBreaker(proxy.BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: openFor}))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	// One 80 opens the breaker; then the instance recovers.
+	if _, err := invoke(ctx, c, proxy.FailFast()); protocol.StatusOf(err) != protocol.StatusServerError {
+		t.Fatalf("first call = %v, want a remote 80", err)
+	}
+	if st := c.BreakerState(addr); st != "open" {
+		t.Fatalf("breaker %s after an 80 with ConsecutiveFailures 1, want open", st)
+	}
+	s.healed.Store(true)
+	// Wait out the open timeout: BreakerState turns the breaker half-open.
+	for c.BreakerState(addr) != "half-open" {
+		if ctx.Err() != nil {
+			t.Fatal("the breaker never turned half-open")
+		}
+		time.Sleep(5 * time.Millisecond) // a timer inside gobreaker; nothing to await
+	}
+
+	// The probe: a caller that has already given up. The call is picked,
+	// goes through the breaker and fails as cancelled (excluded).
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	if _, err := invoke(gone, c); !errors.Is(err, proxy.ErrCanceled) {
+		t.Fatalf("call with a cancelled context = %v, want ErrCanceled", err)
+	}
+
+	if _, err := invoke(ctx, c); err != nil {
+		t.Fatalf("a healthy instance is left out after a cancelled call in half-open (breaker %s): %v",
+			c.BreakerState(addr), err)
+	}
+	if st := c.BreakerState(addr); st != "closed" {
+		t.Errorf("breaker %s after a successful call, want closed", st)
+	}
+}
+
 func TestHedgedCall(t *testing.T) {
 	slow, fast := &seen{cancels: make(chan struct{}, 16)}, &seen{}
 	slowAddr := serve(t, slow, waitCancel, transport.ServerConfig{})

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -129,6 +130,13 @@ func TestHalfOpenWithProbeInFlightIsUnavailable(t *testing.T) {
 	time.Sleep(30 * time.Millisecond) // past OpenTimeout: the breaker turns half-open
 	if b.open(addr) {
 		t.Fatal("a half-open breaker with no probe taken is left out")
+	}
+	// A probe whose outcome says nothing of the instance (the caller gave
+	// up) frees its slot: the next probe may go.
+	gaveUp := &protocol.Error{Status: protocol.StatusClientError, Err: context.Canceled}
+	_, _ = b.get(addr).cb.Execute(func() (struct{}, error) { return struct{}{}, gaveUp })
+	if b.open(addr) {
+		t.Fatal("a half-open breaker whose only probe was excluded is left out for good")
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
 	done := make(chan struct{})
