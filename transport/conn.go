@@ -295,10 +295,12 @@ func (c *clientConn) event(m *protocol.Message) {
 	case m.IsHeartbeat():
 		_ = c.w.writeEvent(eventHeartbeatResponse, m.Header.ID())
 	case m.IsReadOnly():
-		// Mark the address before this connection can go, so callers
-		// never fall back on its other connections meanwhile.
-		c.readOnly.Store(true)
+		// Mark the address before this connection refuses calls or
+		// goes, so callers never fall back on its other connections
+		// meanwhile, and a caller refused here finds the address
+		// read-only (Pool.ReadOnly) when it asks why.
 		c.ep.markReadOnly()
+		c.readOnly.Store(true)
 		c.closeIfDrained()
 	}
 }
