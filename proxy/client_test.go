@@ -567,6 +567,38 @@ func TestHedgedCall(t *testing.T) {
 	}
 }
 
+// TestHedgedCallTakesTheFirstAnswer: a hedged call ends with the first
+// answer from a server, also when that answer is a failure no retry may
+// change (70: the method ran and said no), cancelling the other attempt;
+// it used to wait for the hanging attempt and time out with a 31. Round
+// robin alternates the first pick, so one call starts on the hanging
+// instance and hedges to the one that answers 70.
+func TestHedgedCallTakesTheFirstAnswer(t *testing.T) {
+	hang, fails := &seen{}, &seen{}
+	hangAddr := serve(t, hang, waitCancel, transport.ServerConfig{})
+	failAddr := serve(t, fails, protocol.StatusServiceError, transport.ServerConfig{})
+	c := client(t, []string{hangAddr, failAddr}, proxy.WithBalancer("round_robin"),
+		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	const budget = 600 * time.Millisecond
+	for i := range 2 {
+		start := time.Now()
+		_, err := invoke(ctx, c, proxy.Idempotent(), proxy.Hedge(20*time.Millisecond), proxy.Timeout(budget))
+		el := time.Since(start)
+		if got := protocol.StatusOf(err); got != protocol.StatusServiceError {
+			t.Errorf("hedged call %d = %v after %v; want the remote 70 one attempt got", i, err, el.Round(time.Millisecond))
+			continue
+		}
+		if el > budget/2 {
+			t.Errorf("hedged call %d returned its 70 after %v, the budget being %v: it waited for the hanging attempt", i, el, budget)
+		}
+	}
+	if hang.runs.Load() == 0 || fails.runs.Load() < 2 {
+		t.Fatalf("the hanging instance ran %d attempts, the failing one %d: the test proves nothing", hang.runs.Load(), fails.runs.Load())
+	}
+}
+
 // labelObserver sends the service and method of every attempt it is told
 // of.
 type labelObserver struct{ attempts chan string }

@@ -19,12 +19,21 @@ type hedgeResult struct {
 	addr string
 }
 
+// answered reports an attempt's failure that is the server's final word:
+// a status it sent that no retry may change (the method ran and failed, it
+// has no such method, ...). Like a success it ends a hedged call at once.
+func answered(err error) bool {
+	pe := asError(err)
+	return pe != nil && pe.Remote && classify(err) == fatal
+}
+
 // hedged makes an idempotent call with a backup attempt: the first goes to
 // the balancer's pick; if it has not answered after call.Hedge (or failed
 // already, in a way that may be retried), a second goes to another
 // instance. The backup counts as a retry: it needs MaxAttempts of 2 or
-// more and draws on the retry budget. The first success wins and the other
-// attempt is cancelled, which sends the cancel event to its server. Only
+// more and draws on the retry budget. The first success wins, as does the
+// first answer from a server that no retry may change (a 70, say), and
+// the other attempt is cancelled, which sends the cancel event to its server. Only
 // the winner's reply is decoded into call.Resp.
 //
 // The request is marshaled once, here, and both attempts read only a
@@ -93,7 +102,7 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 		select {
 		case r := <-results:
 			outstanding--
-			if r.err == nil {
+			if r.err == nil || answered(r.err) {
 				cancel()
 				call.Addr = r.addr
 				if outstanding > 0 { // the loser's reply, if any, goes back to the pool
@@ -102,6 +111,9 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 							c.pool.Release(l.resp)
 						}
 					}()
+				}
+				if r.err != nil {
+					return r.err
 				}
 				return c.decode(call, r.resp)
 			}
