@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"go/build/constraint"
 	"go/format"
 	"go/types"
 	"path"
@@ -129,19 +130,16 @@ func emit(pkg *pkgInfo, svcs []*service) ([]byte, error) {
 	}
 	g.Printf("%s// Source: %s\n\n", generatedHeader, strings.Join(files, ", "))
 	// The declarations it refers to build only where their files do.
-	var builds []string
+	var build constraint.Expr
+	var seen []string
 	for _, f := range files {
-		if b := pkg.builds[f]; b != "" && !slices.Contains(builds, b) {
-			builds = append(builds, b)
+		if x := pkg.constraints[f]; x != nil && !slices.Contains(seen, x.String()) {
+			seen = append(seen, x.String())
+			build = and(build, x)
 		}
 	}
-	if len(builds) > 1 {
-		for i, b := range builds {
-			builds[i] = "(" + b + ")"
-		}
-	}
-	if len(builds) > 0 {
-		g.Printf("//go:build %s\n\n", strings.Join(builds, " && "))
+	if build != nil {
+		g.Printf("//go:build %s\n\n", build)
 	}
 	g.Printf("package %s\n\n", pkg.name)
 	g.imports.print(g)

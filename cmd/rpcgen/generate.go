@@ -46,9 +46,9 @@ type pkgInfo struct {
 	// their imports, by import path; the generated file reuses them when it
 	// can.
 	aliases map[string]string
-	// builds holds the //go:build expression of each file that has one,
-	// by base name: the generated file carries its interfaces' files'.
-	builds map[string]string
+	// constraints holds the build constraint of each file that has one, by
+	// base name: the generated file carries its interfaces' files'.
+	constraints map[string]constraint.Expr
 }
 
 // service is one interface to generate code for.
@@ -140,28 +140,27 @@ func loadPackage(cfg config) (*loader, *pkgInfo, error) {
 		return nil, nil, err
 	}
 	info := &pkgInfo{
-		name:    l.root.Types.Name(),
-		path:    l.root.PkgPath,
-		dir:     abs,
-		scope:   map[string]token.Position{},
-		aliases: map[string]string{},
-		builds:  map[string]string{},
+		name:        l.root.Types.Name(),
+		path:        l.root.PkgPath,
+		dir:         abs,
+		scope:       map[string]token.Position{},
+		aliases:     map[string]string{},
+		constraints: map[string]constraint.Expr{},
 	}
 	for _, n := range l.root.Types.Scope().Names() {
 		info.scope[n] = l.root.Fset.Position(l.root.Types.Scope().Lookup(n).Pos())
 	}
+	var errs errList
 	for _, f := range l.root.Syntax {
-		for _, g := range f.Comments {
-			if g.End() >= f.Package {
-				break
-			}
-			for _, c := range g.List {
-				if constraint.IsGoBuild(c.Text) {
-					name := filepath.Base(l.root.Fset.Position(f.Package).Filename)
-					info.builds[name] = strings.TrimSpace(strings.TrimPrefix(c.Text, "//go:build"))
-				}
-			}
+		x, err := fileConstraint(l.root.Fset, f)
+		if err != nil {
+			errs.add(err)
+		} else if x != nil {
+			info.constraints[filepath.Base(l.root.Fset.Position(f.Package).Filename)] = x
 		}
+	}
+	if err := errs.err(); err != nil {
+		return nil, nil, err
 	}
 	return l, info, nil
 }

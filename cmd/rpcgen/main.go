@@ -64,8 +64,12 @@
 //	-dir     directory of the package to read; default "." (the package
 //	         of the file go generate runs for; $GOFILE is not needed)
 //	-tags    comma-separated build tags to apply when loading the package.
-//	         The generated file carries the //go:build line of the files
-//	         declaring its interfaces, so it builds exactly where they do.
+//
+// The generated file builds exactly where the files declaring its interfaces
+// do: it carries their build constraints, those of their //go:build lines
+// (or // +build lines) and those their names imply (svc_linux.go builds only
+// on Linux), combined into one //go:build line; its own name has no _GOOS or
+// _GOARCH suffix.
 //
 // Rpcgen reads the package with the go command, so run it inside the module
 // that holds the package. It ignores files it wrote earlier, so a stale stub

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"go/build"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -343,30 +346,95 @@ type Svc interface {
 }
 
 // TestBuildConstraintCarried: the generated file builds under the same
-// constraint as the file declaring its interface, so a build without the
-// tag does not see code referring to declarations that are not there.
+// constraint as the file declaring its interface, whether that comes from a
+// //go:build line, // +build lines or the file's name, so a build where that
+// file is left out does not see code referring to declarations that are not
+// there.
 func TestBuildConstraintCarried(t *testing.T) {
-	dir := smallModule(t, map[string]string{
-		"svc.go": `//go:build extra
-
-package small
-
-import "context"
-
-type Req struct{}
-
-type Svc interface {
-	M(ctx context.Context, req *Req) (*Req, error)
-}
-`,
-		"plain.go": "package small\n",
-	})
-	files, err := generate(config{dir: dir, types: []string{"Svc"}, tags: []string{"extra"}}, "")
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name   string
+		file   string
+		header string // before the package clause
+		want   string // the generated //go:build expression; "" for none
+	}{
+		{"go:build line", "svc.go", "//go:build extra\n\n", "extra"},
+		{"GOOS suffix", "svc_linux.go", "", "linux"},
+		{"GOARCH suffix", "svc_amd64.go", "", "amd64"},
+		{"GOOS_GOARCH suffix and go:build line", "svc_linux_amd64.go", "//go:build extra || other\n\n", "linux && amd64 && (extra || other)"},
+		{"not a suffix", "svc_v2.go", "", ""},
+		{"+build lines", "svc.go", "// +build extra\n// +build linux,amd64 darwin\n\n", "extra && ((linux && amd64) || darwin)"},
+		{"+build line with a suffix", "svc_linux.go", "// +build extra\n\n", "linux && extra"},
+		{"go:build line wins over +build", "svc.go", "//go:build extra\n// +build other\n\n", "extra"},
+		{"+build line in the package doc, which the go command ignores", "svc.go", "// +build extra\n", ""},
 	}
-	if len(files) != 1 || !bytes.Contains(files[0].src, []byte("\n//go:build extra\n\npackage small\n")) {
-		t.Errorf("generated file lacks the constraint:\n%.300s", files[0].src)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := smallModule(t, map[string]string{
+				tc.file:  tc.header + "package small\n" + svcDecls,
+				"doc.go": "package small\n",
+			})
+			env := append(os.Environ(), "GOOS=linux", "GOARCH=amd64")
+			files := generateAndWrite(t, config{dir: dir, types: []string{"Svc"}, tags: []string{"extra"}, env: env}, "")
+			want := ""
+			if tc.want != "" {
+				want = "//go:build " + tc.want
+			}
+			if line := grepLine(files[0].src, "//go:build"); line != want {
+				t.Errorf("generated constraint %q, want %q", line, want)
+			}
+			// The generated file builds exactly where the source file does.
+			for _, goos := range []string{"linux", "darwin", "windows"} {
+				for _, goarch := range []string{"amd64", "arm64"} {
+					for _, tags := range [][]string{nil, {"extra"}, {"other"}} {
+						ctx := build.Default
+						ctx.GOOS, ctx.GOARCH, ctx.BuildTags = goos, goarch, tags
+						src, err1 := ctx.MatchFile(dir, tc.file)
+						gen, err2 := ctx.MatchFile(dir, filepath.Base(files[0].path))
+						if err1 != nil || err2 != nil {
+							t.Fatal(errors.Join(err1, err2))
+						}
+						if src != gen {
+							t.Errorf("GOOS=%s GOARCH=%s tags %v: %s builds: %v, the generated file builds: %v", goos, goarch, tags, tc.file, src, gen)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// grepLine returns the first line of src that contains s, or "".
+func grepLine(src []byte, s string) string {
+	for line := range strings.SplitSeq(string(src), "\n") {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	return ""
+}
+
+// TestKnownOSArch: the GOOS and GOARCH lists that give file-name suffixes
+// their meaning are go/build's, and include every port of this Go.
+func TestKnownOSArch(t *testing.T) {
+	ctx := build.Default
+	ctx.GOOS, ctx.GOARCH = "none", "none"
+	dir := t.TempDir() // empty: go/build opens only files whose name it does not rule out
+	for _, m := range []map[string]bool{knownOS, knownArch} {
+		for w := range m {
+			if ok, err := ctx.MatchFile(dir, "x_"+w+".go"); ok || err != nil {
+				t.Errorf("go/build does not take the suffix _%s as a GOOS or GOARCH", w)
+			}
+		}
+	}
+	out, err := exec.Command(goTool(t), "tool", "dist", "list").Output()
+	if err != nil {
+		t.Skipf("go tool dist list: %v", err)
+	}
+	for _, port := range strings.Fields(string(out)) {
+		goos, goarch, _ := strings.Cut(port, "/")
+		if !knownOS[goos] || !knownArch[goarch] {
+			t.Errorf("port %s is missing from knownOS or knownArch", port)
+		}
 	}
 }
 

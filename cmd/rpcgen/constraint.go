@@ -1,0 +1,95 @@
+package main
+
+import (
+	"go/ast"
+	"go/build/constraint"
+	"go/token"
+	"path/filepath"
+	"strings"
+)
+
+// knownOS and knownArch are the GOOS and GOARCH values that make a file-name
+// suffix a build constraint: go/build's lists (internal/syslist), which
+// include values of ports that no longer exist or do not exist yet.
+var (
+	knownOS = setOf("aix android darwin dragonfly freebsd hurd illumos ios js linux nacl netbsd openbsd plan9 solaris wasip1 windows zos")
+
+	knownArch = setOf("386 amd64 amd64p32 arm armbe arm64 arm64be loong64 mips mipsle mips64 mips64le mips64p32 mips64p32le ppc ppc64 ppc64le riscv riscv64 s390 s390x sparc sparc64 wasm")
+)
+
+func setOf(words string) map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(words) {
+		m[w] = true
+	}
+	return m
+}
+
+// fileConstraint returns the build constraint of a file: the one its name
+// implies (a _GOOS, _GOARCH or _GOOS_GOARCH suffix) and the one of its
+// //go:build line or, lacking that, of its // +build lines; nil if none.
+func fileConstraint(fset *token.FileSet, f *ast.File) (constraint.Expr, error) {
+	x := fileNameConstraint(filepath.Base(fset.Position(f.Package).Filename))
+	var goBuild, plusBuild constraint.Expr
+	for _, g := range f.Comments {
+		if g.End() >= f.Package {
+			break
+		}
+		for _, c := range g.List {
+			switch {
+			case constraint.IsGoBuild(c.Text):
+				e, err := constraint.Parse(c.Text)
+				if err != nil {
+					return nil, posErr(fset.Position(c.Pos()), "%s: %v", c.Text, err)
+				}
+				goBuild = e
+			case constraint.IsPlusBuild(c.Text) && g != f.Doc:
+				// The go command reads // +build lines only above a blank
+				// line, so not in the package's doc comment.
+				e, err := constraint.Parse(c.Text)
+				if err != nil {
+					return nil, posErr(fset.Position(c.Pos()), "%s: %v", c.Text, err)
+				}
+				plusBuild = and(plusBuild, e)
+			}
+		}
+	}
+	if goBuild != nil {
+		return and(x, goBuild), nil
+	}
+	return and(x, plusBuild), nil
+}
+
+// fileNameConstraint returns the constraint a file name implies, by the go
+// command's rule: name_GOOS.go, name_GOARCH.go, name_GOOS_GOARCH.go, each
+// optionally followed by _test.
+func fileNameConstraint(name string) constraint.Expr {
+	name, _, _ = strings.Cut(name, ".")
+	_, name, ok := strings.Cut(name, "_") // the part before the first _ does not count
+	if !ok {
+		return nil
+	}
+	l := strings.Split(name, "_")
+	if n := len(l); l[n-1] == "test" {
+		l = l[:n-1]
+	}
+	n := len(l)
+	switch {
+	case n >= 2 && knownOS[l[n-2]] && knownArch[l[n-1]]:
+		return and(&constraint.TagExpr{Tag: l[n-2]}, &constraint.TagExpr{Tag: l[n-1]})
+	case n >= 1 && (knownOS[l[n-1]] || knownArch[l[n-1]]):
+		return &constraint.TagExpr{Tag: l[n-1]}
+	}
+	return nil
+}
+
+// and returns x && y, either of which may be nil.
+func and(x, y constraint.Expr) constraint.Expr {
+	switch {
+	case x == nil:
+		return y
+	case y == nil:
+		return x
+	}
+	return &constraint.AndExpr{X: x, Y: y}
+}
