@@ -399,6 +399,16 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 	policy := &c.opts.retry
 	tried := &call.tried
 	ntried := 0
+	// sent is the error of the latest attempt that may have reached the
+	// server: once there is one, the call's error must not say ErrNotSent
+	// (a retry that failed unsent does not undo it).
+	var sent error
+	final := func(err error) error {
+		if sent != nil && errors.Is(err, transport.ErrNotSent) {
+			return sent
+		}
+		return err
+	}
 	for attempt := 1; ; attempt++ {
 		var in registry.Instance
 		var done balancer.Done
@@ -413,7 +423,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 		}
 		if perr != nil {
 			if err != nil {
-				return err // the last attempt's error says more than "no instance"
+				return final(err) // the last attempt's error says more than "no instance"
 			}
 			return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "no instance of " + call.Service + c.why(ctx, call.Service),
 				Err: fmt.Errorf("%w: %w", transport.ErrNotSent, perr)}
@@ -428,19 +438,22 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 		if err == nil {
 			return nil
 		}
+		if !errors.Is(err, transport.ErrNotSent) {
+			sent = err
+		}
 		if !c.retryable(ctx, call, err, attempt, policy) {
-			return err
+			return final(err)
 		}
 		if pause := policy.backoff(attempt); pause > 0 {
 			if time.Until(call.Deadline) <= pause+time.Millisecond {
-				return err
+				return final(err)
 			}
 			t := time.NewTimer(pause)
 			select {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return err
+				return final(err)
 			}
 		}
 		if c.opts.observer != nil {

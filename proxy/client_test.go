@@ -599,6 +599,49 @@ func TestHedgedCallTakesTheFirstAnswer(t *testing.T) {
 	}
 }
 
+// TestNotSentOnlyWhenNoAttemptWasSent: a call whose first attempt was
+// sent (it ran on the server and timed out after sending) and whose retry
+// then failed before sending (a dead instance) does not say ErrNotSent,
+// "provably never left this process": it returns the error of the attempt
+// that may have acted.
+func TestNotSentOnlyWhenNoAttemptWasSent(t *testing.T) {
+	slow := &seen{}
+	slowAddr, dead := serve(t, slow, stall, transport.ServerConfig{}), deadAddr(t)
+	// lastAddr records the instance of each call's last attempt.
+	var lastAddr string
+	last := func(next proxy.Invoker) proxy.Invoker {
+		return func(ctx context.Context, call *proxy.Call) error {
+			err := next(ctx, call)
+			lastAddr = call.Addr
+			return err
+		}
+	}
+	c := client(t, []string{slowAddr, dead}, proxy.WithBalancer("random"), proxy.WithMiddleware(last),
+		proxy.WithRetry(proxy.RetryPolicy{MaxAttempts: 2, PerTryTimeout: 50 * time.Millisecond}),
+		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	// A call that starts on the slow instance (sent, runs there, times out
+	// after 50 ms) retries on the dead one; random picks it first in half
+	// the calls.
+	for i := range 30 {
+		before := slow.runs.Load()
+		_, err := invoke(ctx, c, proxy.Idempotent(), proxy.Timeout(time.Second))
+		if err == nil {
+			t.Fatalf("call %d succeeded against a stalled and a dead instance", i)
+		}
+		if slow.runs.Load() == before || lastAddr != dead {
+			continue // not the order this test is about
+		}
+		if errors.Is(err, proxy.ErrNotSent) {
+			t.Fatalf("call %d ran on %s (its first attempt timed out after sending), yet its error says ErrNotSent, never left this process: %v",
+				i, slowAddr, err)
+		}
+		return
+	}
+	t.Fatal("no call started on the slow instance: the test proves nothing")
+}
+
 // labelObserver sends the service and method of every attempt it is told
 // of.
 type labelObserver struct{ attempts chan string }
