@@ -7,6 +7,7 @@ import (
 	"go/format"
 	"go/types"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,6 +111,13 @@ func checkNames(pkg *pkgInfo, svcs []*service) error {
 		iface, n := d[0], d[1]
 		if pos, ok := pkg.scope[n]; ok {
 			errs.add(posErr(pos, "type %s: the generated %s would clash with this declaration; rename one of them", iface, n))
+		} else if pos, ok := pkg.kept[n]; ok {
+			file := filepath.Base(pos.Filename)
+			others := "another run"
+			if list, ok := headerInterfaces(pkg.generated[file]); ok {
+				others = strings.Join(list, ", ")
+			}
+			errs.add(posErr(pos, "type %s: the generated %s is also declared here, in the code generated for %s; rename an interface or a method, or delete %s if it is stale", iface, n, others, file))
 		} else if other, ok := seen[n]; ok {
 			errs.add(fmt.Errorf("rpcgen: type %s: the generated %s is also generated for %s; rename an interface or a method", iface, n, other))
 		}
@@ -128,7 +136,7 @@ func emit(pkg *pkgInfo, svcs []*service) ([]byte, error) {
 			files = append(files, s.file)
 		}
 	}
-	g.Printf("%s// Source: %s\n\n", generatedHeader, strings.Join(files, ", "))
+	g.Printf("%s// Source: %s\n%s%s\n\n", generatedHeader, strings.Join(files, ", "), interfacesPrefix, strings.Join(ifaceNames(svcs), ", "))
 	// The declarations it refers to build only where their files do.
 	var build constraint.Expr
 	var seen []string
@@ -294,6 +302,9 @@ func newImportSet(pkg *pkgInfo, svcs []*service) *importSet {
 		s.taken[n] = true
 	}
 	for n := range pkg.scope {
+		s.taken[n] = true
+	}
+	for n := range pkg.kept {
 		s.taken[n] = true
 	}
 	for _, n := range localNames {

@@ -49,6 +49,13 @@ type pkgInfo struct {
 	// constraints holds the build constraint of each file that has one, by
 	// base name: the generated file carries its interfaces' files'.
 	constraints map[string]constraint.Expr
+	// generated holds the files rpcgen wrote earlier that are in the
+	// package as loaded, by base name, with their content. They are hidden
+	// from the loader, so their declarations are not in scope.
+	generated map[string][]byte
+	// kept holds the package-level names declared by the generated files
+	// that this run does not replace, with where.
+	kept map[string]token.Position
 }
 
 // service is one interface to generate code for.
@@ -125,9 +132,11 @@ func loadPackage(cfg config) (*loader, *pkgInfo, error) {
 		return nil, nil, fmt.Errorf("rpcgen: %w", err)
 	}
 	l := &loader{cfg: cfg, dir: abs, others: map[string]*packages.Package{}}
-	if l.overlay, err = hideGenerated(abs); err != nil {
+	gen, err := generatedFiles(abs)
+	if err != nil {
 		return nil, nil, err
 	}
+	l.overlay = hideGenerated(abs, gen)
 	pkgs, err := packages.Load(l.packagesConfig(), ".")
 	if err != nil {
 		return nil, nil, fmt.Errorf("rpcgen: loading %s: %w", dir, err)
@@ -146,6 +155,12 @@ func loadPackage(cfg config) (*loader, *pkgInfo, error) {
 		scope:       map[string]token.Position{},
 		aliases:     map[string]string{},
 		constraints: map[string]constraint.Expr{},
+		generated:   map[string][]byte{},
+	}
+	for _, path := range l.root.GoFiles {
+		if src, ok := gen[filepath.Base(path)]; ok {
+			info.generated[filepath.Base(path)] = src
+		}
 	}
 	for _, n := range l.root.Types.Scope().Names() {
 		info.scope[n] = l.root.Fset.Position(l.root.Types.Scope().Lookup(n).Pos())
@@ -188,34 +203,63 @@ func (l *loader) packagesConfig() *packages.Config {
 	return c
 }
 
-// hideGenerated returns an overlay that empties every file in dir written by
-// rpcgen, leaving only its package clause, so that stale generated code
-// neither breaks loading nor counts as a declaration.
-func hideGenerated(dir string) (map[string][]byte, error) {
+// generatedFiles returns the content of each file in dir that rpcgen wrote,
+// by base name.
+func generatedFiles(dir string) (map[string][]byte, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("rpcgen: %w", err)
 	}
-	overlay := map[string][]byte{}
+	gen := map[string][]byte{}
 	for _, e := range entries {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") {
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
-		src, err := os.ReadFile(path)
+		src, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("rpcgen: %w", err)
 		}
-		if !isGenerated(src) {
-			continue
+		if isGenerated(src) {
+			gen[e.Name()] = src
 		}
-		f, err := parser.ParseFile(token.NewFileSet(), path, src, parser.PackageClauseOnly)
+	}
+	return gen, nil
+}
+
+// hideGenerated returns an overlay that empties the generated files gen of
+// dir, leaving their header and package clause, so that stale generated code
+// neither breaks loading nor counts as a declaration, and each file stays
+// under its build constraint.
+func hideGenerated(dir string, gen map[string][]byte) map[string][]byte {
+	overlay := map[string][]byte{}
+	for name, src := range gen {
+		path := filepath.Join(dir, name)
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, src, parser.PackageClauseOnly|parser.ParseComments)
 		if err != nil {
 			continue // let the loader report it
 		}
-		overlay[path] = []byte("package " + f.Name.Name + "\n")
+		end := fset.Position(f.Name.End()).Offset
+		overlay[path] = append(src[:end:end], '\n')
 	}
-	return overlay, nil
+	return overlay
+}
+
+const interfacesPrefix = "// Interfaces: "
+
+// headerInterfaces returns the interfaces a generated file says it was
+// generated for; false if it does not say (rpcgen did not always).
+func headerInterfaces(src []byte) ([]string, bool) {
+	for line := range bytes.Lines(src) {
+		line = bytes.TrimRight(line, "\r\n")
+		if !bytes.HasPrefix(line, []byte("//")) {
+			break
+		}
+		if list, ok := bytes.CutPrefix(line, []byte(interfacesPrefix)); ok {
+			return strings.Split(string(list), ", "), true
+		}
+	}
+	return nil, false
 }
 
 // isGenerated reports whether src starts with generatedHeader, whatever its

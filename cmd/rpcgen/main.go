@@ -72,8 +72,14 @@
 // _GOARCH suffix.
 //
 // Rpcgen reads the package with the go command, so run it inside the module
-// that holds the package. It ignores files it wrote earlier, so a stale stub
-// never prevents its own regeneration, and it overwrites only such files.
+// that holds the package. It ignores the code of files it wrote earlier, so a
+// stale stub never prevents its own regeneration, and it overwrites only such
+// files. Each generated file records the interfaces it was generated for, and
+// rpcgen refuses to replace it with one that lacks any of them (the output of
+// another run, for another type, bound for the same file name). The names
+// declared by the generated files it does not replace are taken, as if
+// hand-written, so separate runs (one //go:generate line per interface)
+// cannot generate the same name twice.
 //
 // On a problem rpcgen prints one line per problem, in the form
 //
@@ -92,8 +98,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
 	"go/token"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -182,6 +191,7 @@ func splitList(s string) ([]string, error) {
 // outFile is one file to write.
 type outFile struct {
 	path string
+	svcs []*service // the services it holds
 	src  []byte
 }
 
@@ -193,35 +203,91 @@ func generate(cfg config, output string) ([]outFile, error) {
 	if err != nil {
 		return nil, err
 	}
+	var files []outFile
+	if output != "" {
+		files = []outFile{{path: output, svcs: svcs}}
+	} else {
+		written := map[string]string{}
+		for _, s := range svcs {
+			name := strings.ToLower(s.iface) + "_dabb.go"
+			if other, ok := written[name]; ok {
+				return nil, fmt.Errorf("rpcgen: types %s and %s would both be written to %s; generate them into one file with -output", other, s.iface, name)
+			}
+			written[name] = s.iface
+			files = append(files, outFile{path: filepath.Join(pkg.dir, name), svcs: []*service{s}})
+		}
+	}
+	pkg.kept = keptNames(pkg, svcs, files)
 	if err := checkNames(pkg, svcs); err != nil {
 		return nil, err
 	}
-	if output != "" {
-		src, err := emit(pkg, svcs)
-		if err != nil {
+	for i := range files {
+		if files[i].src, err = emit(pkg, files[i].svcs); err != nil {
 			return nil, err
 		}
-		return []outFile{{path: output, src: src}}, nil
-	}
-	var files []outFile
-	written := map[string]string{}
-	for _, s := range svcs {
-		name := strings.ToLower(s.iface) + "_dabb.go"
-		if other, ok := written[name]; ok {
-			return nil, fmt.Errorf("rpcgen: types %s and %s would both be written to %s; generate them into one file with -output", other, s.iface, name)
-		}
-		written[name] = s.iface
-		src, err := emit(pkg, []*service{s})
-		if err != nil {
-			return nil, err
-		}
-		files = append(files, outFile{path: filepath.Join(pkg.dir, name), src: src})
 	}
 	return files, nil
 }
 
+// keptNames returns the package-level names declared by the files rpcgen
+// wrote earlier for other interfaces than svcs, and that are not among
+// files: the other runs' output, which stays, so the names it declares are
+// taken.
+func keptNames(pkg *pkgInfo, svcs []*service, files []outFile) map[string]token.Position {
+	kept := map[string]token.Position{}
+	for _, name := range slices.Sorted(maps.Keys(pkg.generated)) {
+		src := pkg.generated[name]
+		path := filepath.Join(pkg.dir, name)
+		if slices.ContainsFunc(files, func(f outFile) bool { return sameFile(f.path, path) }) {
+			continue
+		}
+		if was, _ := headerInterfaces(src); slices.ContainsFunc(svcs, func(s *service) bool { return slices.Contains(was, s.iface) }) {
+			continue // this run's own earlier output, wherever it goes now
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
+		if err != nil {
+			continue // stale and broken: the compiler will say so
+		}
+		for _, id := range topLevelNames(f) {
+			kept[id.Name] = fset.Position(id.Pos())
+		}
+	}
+	return kept
+}
+
+// sameFile reports whether path names the file at the absolute path abs.
+func sameFile(path, abs string) bool {
+	p, err := filepath.Abs(path)
+	return err == nil && p == abs
+}
+
+// topLevelNames returns the package-level names f declares.
+func topLevelNames(f *ast.File) []*ast.Ident {
+	var ids []*ast.Ident
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			if d.Recv == nil {
+				ids = append(ids, d.Name)
+			}
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				switch spec := spec.(type) {
+				case *ast.TypeSpec:
+					ids = append(ids, spec.Name)
+				case *ast.ValueSpec:
+					ids = append(ids, spec.Names...)
+				}
+			}
+		}
+	}
+	return slices.DeleteFunc(ids, func(id *ast.Ident) bool { return id.Name == "_" })
+}
+
 // writeFiles writes files, refusing up front to overwrite any file that
-// rpcgen did not write. A file whose content is unchanged is left alone.
+// rpcgen did not write, or wrote for interfaces the new content lacks (the
+// output of another run). A file whose content is unchanged is left alone.
 func writeFiles(files []outFile) error {
 	var todo []outFile
 	for _, f := range files {
@@ -242,6 +308,10 @@ func writeFiles(files []outFile) error {
 			case !isGenerated(old):
 				return fmt.Errorf("rpcgen: refusing to overwrite %s: it was not written by rpcgen", f.path)
 			}
+			if lost := dropped(old, f.svcs); len(lost) > 0 {
+				return fmt.Errorf("rpcgen: refusing to overwrite %s: it holds the code generated for %s, which this run (for %s) would drop; write one of them to another file with -output, or delete %s if that code is no longer wanted",
+					f.path, strings.Join(lost, ", "), strings.Join(ifaceNames(f.svcs), ", "), f.path)
+			}
 		}
 		todo = append(todo, f)
 	}
@@ -251,4 +321,20 @@ func writeFiles(files []outFile) error {
 		}
 	}
 	return nil
+}
+
+// dropped returns the interfaces the generated file old was generated for
+// that are not among svcs.
+func dropped(old []byte, svcs []*service) []string {
+	was, _ := headerInterfaces(old)
+	now := ifaceNames(svcs)
+	return slices.DeleteFunc(was, func(iface string) bool { return slices.Contains(now, iface) })
+}
+
+func ifaceNames(svcs []*service) []string {
+	var names []string
+	for _, s := range svcs {
+		names = append(names, s.iface)
+	}
+	return names
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,12 +91,13 @@ func TestRunWritesOneFilePerType(t *testing.T) {
 	if code := run([]string{"-dir", dir, "-type", "Cars,Trucks"}, &stderr); code != 0 {
 		t.Fatalf("exit status %d; stderr:\n%s", code, stderr.String())
 	}
-	for _, name := range []string{"cars_dabb.go", "trucks_dabb.go"} {
+	for _, iface := range []string{"Cars", "Trucks"} {
+		name := strings.ToLower(iface) + "_dabb.go"
 		src, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.HasPrefix(src, []byte(generatedHeader+"// Source: fleet.go\n\npackage fleet\n")) {
+		if !bytes.HasPrefix(src, []byte(generatedHeader+"// Source: fleet.go\n// Interfaces: "+iface+"\n\npackage fleet\n")) {
 			t.Errorf("%s starts with:\n%s", name, src[:min(len(src), 120)])
 		}
 	}
@@ -435,6 +437,155 @@ func TestKnownOSArch(t *testing.T) {
 		if !knownOS[goos] || !knownArch[goarch] {
 			t.Errorf("port %s is missing from knownOS or knownArch", port)
 		}
+	}
+}
+
+// TestSeparateRunsNameClash: with one //go:generate line per interface,
+// each run keeps the files the others wrote, so a name it would generate
+// that one of them declares is refused: User.ProfileGet and UserProfile.Get
+// would both get userProfileGetOptions.
+func TestSeparateRunsNameClash(t *testing.T) {
+	dir := smallModule(t, map[string]string{"svc.go": `package small
+
+import "context"
+
+type Req struct{}
+
+type User interface {
+	//dabb:idempotent
+	ProfileGet(ctx context.Context, req *Req) (*Req, error)
+}
+
+type UserProfile interface {
+	//dabb:idempotent
+	Get(ctx context.Context, req *Req) (*Req, error)
+}
+`})
+	generateAndWrite(t, config{dir: dir, types: []string{"User"}}, "")
+	_, err := generate(config{dir: dir, types: []string{"UserProfile"}}, "")
+	if err == nil {
+		t.Fatal("no error; user_dabb.go and userprofile_dabb.go would both declare userProfileGetOptions")
+	}
+	src, _ := os.ReadFile(filepath.Join(dir, "user_dabb.go"))
+	file, line, msg := splitPos(t, err.Error())
+	want := slices.IndexFunc(strings.Split(string(src), "\n"), func(l string) bool { return strings.HasPrefix(l, "var userProfileGetOptions ") }) + 1
+	if filepath.Base(file) != "user_dabb.go" || line != want || want == 0 {
+		t.Errorf("error at %s:%d, want user_dabb.go:%d", file, line, want)
+	}
+	if want := "rpcgen: type UserProfile: the generated userProfileGetOptions is also declared here, in the code generated for User; rename an interface or a method, or delete user_dabb.go if it is stale"; msg != want {
+		t.Errorf("message:\n got: %s\nwant: %s", msg, want)
+	}
+
+	// Regenerating User, in place or elsewhere (to compare), does not
+	// count the names of user_dabb.go: it is that run's own output.
+	generateAndWrite(t, config{dir: dir, types: []string{"User"}}, "")
+	generateAndWrite(t, config{dir: dir, types: []string{"User"}}, filepath.Join(t.TempDir(), "user_dabb.go"))
+}
+
+// TestSeparateRunsOtherBuild: a file generated for another build does not
+// take names: user_dabb.go, generated for User under the tag a, is left out
+// of the build without the tag, where UserProfile is.
+func TestSeparateRunsOtherBuild(t *testing.T) {
+	dir := smallModule(t, map[string]string{
+		"user.go": `//go:build a
+
+package small
+
+import "context"
+
+type Req struct{}
+
+type User interface {
+	//dabb:idempotent
+	ProfileGet(ctx context.Context, req *Req) (*Req, error)
+}
+`,
+		"profile.go": `//go:build !a
+
+package small
+
+import "context"
+
+type Req struct{}
+
+type UserProfile interface {
+	//dabb:idempotent
+	Get(ctx context.Context, req *Req) (*Req, error)
+}
+`,
+	})
+	generateAndWrite(t, config{dir: dir, types: []string{"User"}, tags: []string{"a"}}, "")
+	generateAndWrite(t, config{dir: dir, types: []string{"UserProfile"}}, "")
+}
+
+// TestSeparateRunsSameFile: a generated file holding the code of an
+// interface is replaced only by a run that generates that interface again:
+// -type Api and -type API in separate runs both write api_dabb.go, and the
+// second must not silently drop NewApiClient.
+func TestSeparateRunsSameFile(t *testing.T) {
+	dir := smallModule(t, map[string]string{"svc.go": `package small
+
+import "context"
+
+type Req struct{}
+
+type Api interface {
+	M(ctx context.Context, req *Req) (*Req, error)
+}
+
+type API interface {
+	N(ctx context.Context, req *Req) (*Req, error)
+}
+`})
+	api := filepath.Join(dir, "api_dabb.go")
+	both := filepath.Join(dir, "both_dabb.go")
+	tests := []struct {
+		name   string
+		before []string // -type of a first run, if any
+		output string
+		types  []string
+		want   string // error; "" for none
+	}{
+		{"other type", []string{"Api"}, "", []string{"API"},
+			"rpcgen: refusing to overwrite " + api + ": it holds the code generated for Api, which this run (for API) would drop; write one of them to another file with -output, or delete " + api + " if that code is no longer wanted"},
+		{"same type", []string{"Api"}, "", []string{"Api"}, ""},
+		{"more types", []string{"Api"}, both, []string{"Api", "API"}, ""},
+		{"fewer types", []string{"Api", "API"}, both, []string{"API"},
+			"rpcgen: refusing to overwrite " + both + ": it holds the code generated for Api, which this run (for API) would drop"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(api)
+			os.Remove(both)
+			first := generateAndWrite(t, config{dir: dir, types: tc.before}, tc.output)
+			files, err := generate(config{dir: dir, types: tc.types}, tc.output)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = writeFiles(files)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("writeFiles: %v", err)
+			case tc.want == "":
+				return
+			case err == nil || !strings.HasPrefix(err.Error(), tc.want):
+				t.Fatalf("error:\n got: %v\nwant: %s", err, tc.want)
+			}
+			if src, _ := os.ReadFile(first[0].path); !bytes.Equal(src, first[0].src) {
+				t.Errorf("%s was overwritten despite the error", first[0].path)
+			}
+		})
+	}
+}
+
+// TestOverwriteOlderOutput: a generated file that does not say which
+// interfaces it holds (rpcgen wrote none before) may be replaced.
+func TestOverwriteOlderOutput(t *testing.T) {
+	dir := smallModule(t, map[string]string{"svc.go": "package small\n" + svcDecls})
+	writeFile(t, filepath.Join(dir, "svc_dabb.go"), generatedHeader+"// Source: svc.go\n\npackage small\n")
+	files := generateAndWrite(t, config{dir: dir, types: []string{"Svc"}}, "")
+	if src, _ := os.ReadFile(files[0].path); !bytes.Equal(src, files[0].src) {
+		t.Errorf("svc_dabb.go was not regenerated:\n%s", src)
 	}
 }
 
