@@ -39,8 +39,9 @@ type pkgInfo struct {
 	name string // package name
 	path string // import path
 	dir  string // absolute directory
-	// scope holds the package-level names, files written by rpcgen
-	// excluded, with where they are declared.
+	// scope holds the package-level names, those of its _test.go files
+	// included and those of files written by rpcgen excluded, with where
+	// they are declared.
 	scope map[string]token.Position
 	// aliases are the names that the files declaring the interfaces give
 	// their imports, by import path; the generated file reuses them when it
@@ -96,7 +97,7 @@ func (s *service) usesTime() bool {
 }
 
 const loadMode = packages.NeedName | packages.NeedFiles | packages.NeedSyntax |
-	packages.NeedTypes | packages.NeedTypesInfo
+	packages.NeedTypes | packages.NeedTypesInfo | packages.NeedForTest
 
 // loader loads the target package and, on demand, the packages that declare
 // embedded interfaces.
@@ -137,14 +138,36 @@ func loadPackage(cfg config) (*loader, *pkgInfo, error) {
 		return nil, nil, err
 	}
 	l.overlay = hideGenerated(abs, gen)
-	pkgs, err := packages.Load(l.packagesConfig(), ".")
+	// With its tests, so that the names the package's own test files
+	// declare count: they share the package block with the generated code.
+	pc := l.packagesConfig()
+	pc.Tests = true
+	pkgs, err := packages.Load(pc, ".")
 	if err != nil {
 		return nil, nil, fmt.Errorf("rpcgen: loading %s: %w", dir, err)
 	}
-	if len(pkgs) != 1 {
+	// If the package has tests, pkgs holds three more packages: the package
+	// compiled with its _test.go files (ID "path [path.test]", PkgPath
+	// path), the external test package and the test binary. All but the
+	// binary have ForTest set to the package's path.
+	forTest := ""
+	for _, p := range pkgs {
+		if p.ForTest != "" {
+			forTest = p.ForTest
+		}
+	}
+	var withTests *packages.Package
+	for _, p := range pkgs {
+		switch {
+		case len(pkgs) == 1 || p.ID == forTest:
+			l.root = p
+		case p.PkgPath == forTest:
+			withTests = p
+		}
+	}
+	if l.root == nil {
 		return nil, nil, fmt.Errorf("rpcgen: %s: found %d Go packages, want 1 (run rpcgen inside a module)", dir, len(pkgs))
 	}
-	l.root = pkgs[0]
 	if err := usable(l.root); err != nil {
 		return nil, nil, err
 	}
@@ -164,6 +187,14 @@ func loadPackage(cfg config) (*loader, *pkgInfo, error) {
 	}
 	for _, n := range l.root.Types.Scope().Names() {
 		info.scope[n] = l.root.Fset.Position(l.root.Types.Scope().Lookup(n).Pos())
+	}
+	if withTests != nil && withTests.Types != nil {
+		for _, n := range withTests.Types.Scope().Names() {
+			pos := withTests.Fset.Position(withTests.Types.Scope().Lookup(n).Pos())
+			if strings.HasSuffix(pos.Filename, "_test.go") {
+				info.scope[n] = pos
+			}
+		}
 	}
 	var errs errList
 	for _, f := range l.root.Syntax {

@@ -74,12 +74,16 @@
 // Rpcgen reads the package with the go command, so run it inside the module
 // that holds the package. It ignores the code of files it wrote earlier, so a
 // stale stub never prevents its own regeneration, and it overwrites only such
-// files. Each generated file records the interfaces it was generated for, and
-// rpcgen refuses to replace it with one that lacks any of them (the output of
-// another run, for another type, bound for the same file name). The names
-// declared by the generated files it does not replace are taken, as if
-// hand-written, so separate runs (one //go:generate line per interface)
-// cannot generate the same name twice.
+// files.
+//
+// The generated code names its imports so that they clash with no
+// package-level name, those of the package's _test.go files included, and
+// rpcgen refuses to generate a name the package already declares. The files
+// it wrote earlier for other interfaces, which it keeps, count as declaring
+// their names, so separate runs (one //go:generate line per interface) cannot
+// generate the same name twice. Each generated file records the interfaces it
+// was generated for, and rpcgen refuses to replace it with one that lacks any
+// of them, as a run for another type bound for the same file name would.
 //
 // On a problem rpcgen prints one line per problem, in the form
 //

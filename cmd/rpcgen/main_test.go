@@ -347,6 +347,48 @@ type Svc interface {
 	}
 }
 
+// TestTestFileNames: the package's own _test.go files share its package
+// block with the generated code under go test, so the names they declare
+// are taken; those of an external test package (package small_test) are not.
+func TestTestFileNames(t *testing.T) {
+	dir := smallModule(t, map[string]string{
+		"svc.go": "package small\n" + svcDecls,
+		"svc_test.go": `package small
+
+// proxy fronts the server under test.
+var proxy = struct{ Addr string }{"127.0.0.1:0"}
+`,
+		"ext_test.go": "package small_test\n\nvar dabb = 1\n",
+	})
+	files, err := generate(config{dir: dir, types: []string{"Svc"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"\tproxy1 \"github.com/dabbrpc/dabb/proxy\"\n",
+		"\t\"github.com/dabbrpc/dabb\"\n",
+		"func NewSvcClient(c proxy1.Caller) Svc",
+	} {
+		if !bytes.Contains(files[0].src, []byte(want)) {
+			t.Errorf("generated file lacks %q:\n%s", want, files[0].src)
+		}
+	}
+
+	writeFile(t, filepath.Join(dir, "svc_test.go"), "package small\n\ntype svcClient struct{}\n\nfunc new() {}\n")
+	_, err = generate(config{dir: dir, types: []string{"Svc"}}, "")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		"svc_test.go:3: rpcgen: type Svc: the generated svcClient would clash with this declaration; rename one of them",
+		"svc_test.go:5: rpcgen: new: hides Go's builtin new, which the generated code uses; rename it",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
 // TestBuildConstraintCarried: the generated file builds under the same
 // constraint as the file declaring its interface, whether that comes from a
 // //go:build line, // +build lines or the file's name, so a build where that
