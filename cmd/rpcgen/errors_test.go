@@ -63,6 +63,12 @@ func TestErrors(t *testing.T) {
 		{"UnknownOnInterface", "//dabb:servise", "type UnknownOnInterface: unknown directive //dabb:servise (want //dabb:service)"},
 		{"Detached", "//dabb:idempotent", "type Detached: //dabb:idempotent is not in a method's doc comment (it must be on the lines directly above the method)"},
 		{"Trailing", "//dabb:idempotent", "type Trailing: //dabb:idempotent is not in a method's doc comment (it must be on the lines directly above the method)"},
+		{"DetachedInLiteral", "//dabb:idempotent", "type DetachedInLiteral: //dabb:idempotent is not in a method's doc comment (it must be on the lines directly above the method)"},
+		{"GroupDoc", "//dabb:service", "//dabb:service x.Y is above a group of types, where it applies to none of them; move it to the doc comment of the interface, inside the parentheses"},
+		{"SpacedDirective", "// dabb:idempotent", "type SpacedDirective: // dabb:idempotent is not a directive, for the space after //; write //dabb:idempotent"},
+		{"SpacedOnInterface", "dabb:service", "type SpacedOnInterface: //\tdabb:service x.Y is not a directive, for the space after //; write //dabb:service x.Y"},
+		{"ServiceSlash", "//dabb:service", `type ServiceSlash: //dabb:service: registry: invalid service name "shop/Orders": contains '/'`},
+		{"ServiceDots", "//dabb:service", `type ServiceDots: //dabb:service: registry: invalid service name "..": reserved`},
 		// Types.
 		{"NotIface", "", "type NotIface: is a struct type, not an interface type"},
 		{"NotAType", "var NotAType", "type NotAType: is a variable, not an interface type"},
@@ -139,6 +145,18 @@ func TestErrorsAll(t *testing.T) {
 	}
 }
 
+// TestErrorsOnce checks that a problem seen once per type of the run is
+// reported once: a directive above a group of several types.
+func TestErrorsOnce(t *testing.T) {
+	_, err := generate(config{dir: filepath.Join("testdata", "errors"), types: []string{"GroupDoc", "GroupOther"}}, "")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if msgs := strings.Split(err.Error(), "\n"); len(msgs) != 1 || !strings.Contains(msgs[0], "is above a group of types") {
+		t.Errorf("got %d errors, want 1 about the group:\n%v", len(msgs), err)
+	}
+}
+
 var posRE = regexp.MustCompile(`^(.+?):(\d+): (rpcgen: .*)$`)
 
 // splitPos splits "file:line: message".
@@ -159,7 +177,9 @@ func findLine(t *testing.T, lines []string, typ, at string) int {
 	t.Helper()
 	decl := -1
 	for i, l := range lines {
-		if strings.HasPrefix(l, "type "+typ+" ") || strings.HasPrefix(l, "type "+typ+"[") || strings.HasPrefix(l, "var "+typ+" ") {
+		if strings.HasPrefix(l, "type "+typ+" ") || strings.HasPrefix(l, "type "+typ+"[") || strings.HasPrefix(l, "var "+typ+" ") ||
+			strings.HasPrefix(l, "\t"+typ+" interface") { // in a type group
+
 			decl = i
 			break
 		}

@@ -12,10 +12,13 @@ import (
 	"go/types"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/tools/go/packages"
+
+	"github.com/dabbrpc/dabb/registry"
 )
 
 // generatedHeader is the first line of every file rpcgen writes. Files that
@@ -406,6 +409,15 @@ func (l *loader) service(name string, info *pkgInfo, errs *errList) *service {
 		used:     map[*ast.Comment]bool{},
 	}
 	w.serviceDirectives(root, docGroup)
+	if decl.Doc != docGroup {
+		// The doc comment of a group of types documents none of them.
+		for _, c := range commentList(decl.Doc) {
+			w.spaced(root, c, nil)
+		}
+		for _, d := range directives(root, decl.Doc) {
+			w.fail(posErr(d.pos, "%s is above a group of types, where it applies to none of them; move it to the doc comment of the interface, inside the parentheses", d.c.Text))
+		}
+	}
 	w.walk(root, file, it, "", nil)
 	if w.bad {
 		return nil
@@ -441,11 +453,18 @@ func (w *walker) fail(err error) {
 
 // serviceDirectives reads the interface's doc comment.
 func (w *walker) serviceDirectives(p *packages.Package, cg *ast.CommentGroup) {
+	for _, c := range commentList(cg) {
+		w.spaced(p, c, nil)
+	}
 	for _, d := range directives(p, cg) {
 		switch d.name {
 		case "service":
 			if len(d.args) != 1 {
 				w.fail(posErr(d.pos, "type %s: //dabb:service wants one service name, got %q", w.svc.iface, d.argText))
+				continue
+			}
+			if err := registry.ValidateService(d.args[0]); err != nil {
+				w.fail(posErr(d.pos, "type %s: //dabb:service: %v", w.svc.iface, err))
 				continue
 			}
 			if w.named {
@@ -497,12 +516,24 @@ func (w *walker) walk(p *packages.Package, file *ast.File, it *ast.InterfaceType
 			continue
 		}
 		for _, c := range cg.List {
+			w.spaced(p, c, site)
 			if w.used[c] || !strings.HasPrefix(c.Text, directivePrefix) {
 				continue
 			}
 			w.fail(posErr(orSite(p.Fset.Position(c.Pos()), site), "type %s: %s is not in a method's doc comment (it must be on the lines directly above the method)", w.svc.iface, c.Text))
 		}
 	}
+}
+
+// spaced reports a comment that would be a directive but for the space
+// after the slashes: "// dabb:idempotent" is prose to the go tools.
+func (w *walker) spaced(p *packages.Package, c *ast.Comment, site *token.Position) {
+	rest, _ := strings.CutPrefix(c.Text, "//")
+	word := strings.TrimLeft(rest, " \t")
+	if len(word) == len(rest) || !strings.HasPrefix(word, "dabb:") {
+		return
+	}
+	w.fail(posErr(orSite(p.Fset.Position(c.Pos()), site), "type %s: %s is not a directive, for the space after //; write //%s", w.svc.iface, c.Text, word))
 }
 
 // embedded flattens an embedded element of an interface.
@@ -936,8 +967,14 @@ func posErr(pos token.Position, format string, args ...any) error {
 // errList collects the problems of one run; past maxErrors it only counts.
 type errList []error
 
+// add records err, unless the same problem was already recorded (a
+// directive inside an interface literal is seen by the walk of the literal
+// and by that of the enclosing interface; one above a group of types is
+// seen once per type of the run in the group).
 func (e *errList) add(err error) {
-	*e = append(*e, err)
+	if !slices.ContainsFunc(*e, func(x error) bool { return x.Error() == err.Error() }) {
+		*e = append(*e, err)
+	}
 }
 
 func (e errList) err() error {

@@ -48,8 +48,15 @@
 //
 //	//dabb:service name   the service name; default <package name>.<Interface>
 //
-// Unknown directives, and directives anywhere else inside the interface, are
-// errors, so a typo cannot be ignored silently.
+// A service name must be one the registry accepts (registry.ValidateService):
+// not empty, "." or "..", and without '/' or control characters. In a group
+// of types, type ( ... ), the interface's doc comment is the one inside the
+// parentheses; the group's own doc comment holds the directives only for a
+// group of one type without a doc comment of its own.
+//
+// Unknown directives, directives anywhere else inside the interface or above
+// a group of types, and lines like "// dabb:idempotent" (a space after the
+// slashes) are errors, so a typo cannot be ignored silently.
 //
 // # Usage
 //

@@ -205,3 +205,50 @@ type EmbedsComparable interface {
 	comparable
 	M(ctx context.Context, req *Req) (*Resp, error)
 }
+
+// GroupDoc and GroupOther share a doc comment, which documents neither.
+//
+//dabb:service x.Y
+type (
+	GroupDoc interface {
+		M(ctx context.Context, req *Req) (*Resp, error)
+	}
+	GroupOther interface {
+		M(ctx context.Context, req *Req) (*Resp, error)
+	}
+)
+
+type SpacedDirective interface {
+	// M reads.
+	// dabb:idempotent
+	M(ctx context.Context, req *Req) (*Resp, error)
+}
+
+// SpacedOnInterface has a space in its directive.
+//
+//	dabb:service x.Y
+type SpacedOnInterface interface {
+	M(ctx context.Context, req *Req) (*Resp, error)
+}
+
+// ServiceSlash has a name the registry refuses.
+//
+//dabb:service shop/Orders
+type ServiceSlash interface {
+	M(ctx context.Context, req *Req) (*Resp, error)
+}
+
+// ServiceDots has a name the registry reserves.
+//
+//dabb:service ..
+type ServiceDots interface {
+	M(ctx context.Context, req *Req) (*Resp, error)
+}
+
+type DetachedInLiteral interface {
+	interface {
+		//dabb:idempotent
+
+		M(ctx context.Context, req *Req) (*Resp, error)
+	}
+}
