@@ -70,7 +70,8 @@
 //	         relative name is relative to the working directory).
 //	-dir     directory of the package to read; default "." (the package
 //	         of the file go generate runs for; $GOFILE is not needed)
-//	-tags    comma-separated build tags to apply when loading the package.
+//	-tags    build tags to apply when loading the package, comma-separated
+//	         (or space-separated, as the go command also accepts)
 //
 // The generated file builds exactly where the files declaring its interfaces
 // do: it carries their build constraints, those of their //go:build lines
@@ -118,6 +119,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode"
 )
 
 func main() {
@@ -166,7 +168,10 @@ func run(args []string, stderr io.Writer) int {
 	if len(typeList) == 0 {
 		return usage("-type is required")
 	}
-	tagList, _ := splitList(*tags)
+	tagList, err := splitTags(*tags)
+	if err != nil {
+		return usage(err.Error())
+	}
 
 	files, err := generate(config{dir: *dir, types: typeList, tags: tagList}, *output)
 	if err != nil {
@@ -180,8 +185,8 @@ func run(args []string, stderr io.Writer) int {
 	return 0
 }
 
-// splitList splits a comma-separated list of identifiers, dropping
-// duplicates and empty entries.
+// splitList splits a comma-separated list of identifiers (the -type value),
+// dropping duplicates and empty entries.
 func splitList(s string) ([]string, error) {
 	var out []string
 	for f := range strings.SplitSeq(s, ",") {
@@ -194,6 +199,22 @@ func splitList(s string) ([]string, error) {
 		}
 		if !slices.Contains(out, f) {
 			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// splitTags splits a -tags value as the go command does, on commas or on
+// spaces (its older form), dropping duplicates, and checks that each is a
+// build tag: letters, digits, '_' and '.'.
+func splitTags(s string) ([]string, error) {
+	var out []string
+	for _, tag := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+		if strings.IndexFunc(tag, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' && r != '.' }) >= 0 {
+			return nil, fmt.Errorf("-tags: %q is not a build tag (letters, digits, '_' and '.')", tag)
+		}
+		if !slices.Contains(out, tag) {
+			out = append(out, tag)
 		}
 	}
 	return out, nil

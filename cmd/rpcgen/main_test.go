@@ -25,6 +25,8 @@ func TestRunUsage(t *testing.T) {
 		{"bad identifier", []string{"-type", "Inventory,1x"}, 2, `"1x" is not a Go identifier`},
 		{"extra argument", []string{"-type", "X", "file.go"}, 2, "unexpected arguments: file.go"},
 		{"unknown flag", []string{"-typo", "X"}, 2, "flag provided but not defined: -typo"},
+		{"bad tag", []string{"-type", "X", "-tags", "extra,feature-v2"}, 2, `-tags: "feature-v2" is not a build tag (letters, digits, '_' and '.')`},
+		{"negated tag", []string{"-type", "X", "-tags", "!extra"}, 2, `-tags: "!extra" is not a build tag`},
 		{"help", []string{"-h"}, 0, "usage: rpcgen -type T"},
 	}
 	for _, tc := range tests {
@@ -253,12 +255,17 @@ type Extra interface {
 	if code := run([]string{"-dir", dir, "-type", "Extra"}, &stderr); code != 1 || !strings.Contains(stderr.String(), "type Extra: not found") {
 		t.Errorf("without -tags: exit status %d, stderr:\n%s", code, stderr.String())
 	}
-	stderr.Reset()
-	if code := run([]string{"-dir", dir, "-type", "Extra", "-tags", "extra"}, &stderr); code != 0 {
-		t.Errorf("with -tags extra: exit status %d, stderr:\n%s", code, stderr.String())
-	}
-	if _, err := os.Stat(filepath.Join(dir, "extra_dabb.go")); err != nil {
-		t.Error(err)
+	// Every form the go command accepts, with a tag that is not an
+	// identifier.
+	for _, tags := range []string{"extra", "extra,feature.v2", "feature.v2 extra", " extra, "} {
+		os.Remove(filepath.Join(dir, "extra_dabb.go"))
+		stderr.Reset()
+		if code := run([]string{"-dir", dir, "-type", "Extra", "-tags", tags}, &stderr); code != 0 {
+			t.Errorf("with -tags %q: exit status %d, stderr:\n%s", tags, code, stderr.String())
+		}
+		if _, err := os.Stat(filepath.Join(dir, "extra_dabb.go")); err != nil {
+			t.Errorf("with -tags %q: %v", tags, err)
+		}
 	}
 }
 
