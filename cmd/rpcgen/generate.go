@@ -578,7 +578,9 @@ func (w *walker) embedded(p *packages.Package, expr ast.Expr, via string, site *
 		qual = obj.Pkg().Name() + "." + obj.Name()
 	}
 	target := p
-	if obj.Pkg() == nil && obj.Name() == "comparable" {
+	if obj.Pkg() == nil && obj.Name() == "any" {
+		return // the empty interface adds nothing
+	} else if obj.Pkg() == nil && obj.Name() == "comparable" {
 		w.fail(posErr(pos, "type %s: embedded comparable makes it a type constraint", w.svc.iface))
 		return
 	} else if obj.Pkg() == nil {

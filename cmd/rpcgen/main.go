@@ -28,7 +28,8 @@
 // # Methods
 //
 // Every method of the interface, including those of embedded interfaces
-// (flattened in declaration order), must be exported and have the form
+// (flattened in declaration order; an embedded any adds none), must be
+// exported and have the form
 //
 //	Name(ctx context.Context, req *Request) (*Response, error)
 //

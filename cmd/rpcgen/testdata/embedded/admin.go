@@ -1,5 +1,5 @@
 // Package admin flattens embedded interfaces: one from this package, one from
-// another package (with its own directives), and an interface literal.
+// another package (with its own directives), an interface literal and any.
 package admin
 
 import (
@@ -39,6 +39,7 @@ type Admin interface {
 		Drain(ctx context.Context, req *pb.DeductRequest) (*pb.DeductReply, error)
 	}
 	ReadOnly
+	any // adds nothing
 	// Stock is declared here and by shared.Pinger; the first one wins.
 	Stock(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, error)
 }
