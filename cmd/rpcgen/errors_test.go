@@ -45,6 +45,7 @@ func TestErrors(t *testing.T) {
 		{"RespSlice", "M(", "method M: response must be a pointer to a named struct type, got []*Resp"},
 		{"Unexported", "m(", "method m: must be exported"},
 		{"EmbedsReader", "io.Reader", "method Read (embedded from io.Reader): must take exactly two parameters (ctx context.Context, req *T), has 1"},
+		{"EmbedsInternal", "shared.Noter", "method Note (embedded from shared.Noter): request must be a pointer to a named struct type that github.com/dabbrpc/dabb/cmd/rpcgen/testdata/errors may import (a type of an internal package can be named through an exported alias declared outside it), got *github.com/dabbrpc/dabb/cmd/rpcgen/testdata/types/internal/hidden.Note"},
 		{"EmbedsError", "error", "type EmbedsError: embedded error: its methods do not have the form M(ctx context.Context, req *T) (*U, error)"},
 		{"EmbedsUnion", "~int", "type EmbedsUnion: ~int | ~string makes it a type constraint; only methods and interfaces may be embedded"},
 		{"EmbedsComparable", "comparable", "type EmbedsComparable: embedded comparable makes it a type constraint"},

@@ -748,10 +748,44 @@ func messageType(path string, t types.Type) (typeRef, string) {
 	if obj.Parent() != obj.Pkg().Scope() {
 		return typeRef{}, want + " declared at package level"
 	}
-	if !obj.Exported() && obj.Pkg().Path() != path {
+	if nameable(path, obj) {
+		return refTo(obj), ""
+	}
+	// The source may name it through an alias the generated code can use
+	// too: the exported name of a type in an internal package, say.
+	for a, ok := ptr.Elem().(*types.Alias); ok && a.TypeArgs().Len() == 0; a, ok = a.Rhs().(*types.Alias) {
+		if a.Obj().Parent() == a.Obj().Pkg().Scope() && nameable(path, a.Obj()) {
+			return refTo(a.Obj()), ""
+		}
+	}
+	if !obj.Exported() {
 		return typeRef{}, want + " that is exported"
 	}
-	return typeRef{path: importPath(obj.Pkg().Path()), pkg: obj.Pkg().Name(), name: obj.Name()}, ""
+	return typeRef{}, want + " that " + path + " may import (a type of an internal package can be named through an exported alias declared outside it)"
+}
+
+// nameable reports whether the package at path can refer to the
+// package-level obj: obj is declared there, or exported by a package that
+// it may import.
+func nameable(path string, obj types.Object) bool {
+	p := importPath(obj.Pkg().Path())
+	return p == path || obj.Exported() && importable(p, path)
+}
+
+// importable reports whether the package at from may import the package at
+// path, by Go's rule for internal packages: below a path element
+// "internal", only the tree rooted at its parent may.
+func importable(path, from string) bool {
+	i := strings.LastIndex("/"+path+"/", "/internal/")
+	if i < 0 {
+		return true
+	}
+	parent := path[:max(i-1, 0)]
+	return from == parent || strings.HasPrefix(from, parent+"/")
+}
+
+func refTo(obj types.Object) typeRef {
+	return typeRef{path: importPath(obj.Pkg().Path()), pkg: obj.Pkg().Name(), name: obj.Name()}
 }
 
 // importPath turns a vendored package path into the path that imports it.

@@ -35,7 +35,10 @@
 //
 // where Request and Response are named struct types (protobuf messages in
 // practice; the codec chosen at run time decides what it can encode). They may
-// be declared in the same package or imported from others.
+// be declared in the same package or imported from others. The generated code
+// names the type itself, not an alias of it, unless it cannot: a type of an
+// internal package that the interface's package may not import is named
+// through the exported alias the source refers to it by.
 //
 // # Directives
 //

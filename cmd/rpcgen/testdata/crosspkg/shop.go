@@ -1,6 +1,7 @@
 // Package shop takes messages from several packages: two named pb (one of
 // them through an embedded interface), one named like the runtime's proxy
-// package, one whose name is not its directory's, and one through an alias.
+// package, one whose name is not its directory's, one through an alias, and
+// one through pb's alias of a type of an internal package it may not import.
 package shop
 
 import (
@@ -22,5 +23,6 @@ type (
 		Deduct(ctx context.Context, req *Request) (*pb.DeductReply, error)
 		Stock(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, error)
 		Route(ctx context.Context, req *proxy.Route) (*shapes.Shape, error)
+		Note(ctx context.Context, req *pb.Note) (*pb.Note, error)
 	}
 )

@@ -6,6 +6,8 @@ package bad
 import (
 	"context"
 	"io"
+
+	"github.com/dabbrpc/dabb/cmd/rpcgen/testdata/types/shared"
 )
 
 type Req struct{ A int }
@@ -251,4 +253,8 @@ type DetachedInLiteral interface {
 
 		M(ctx context.Context, req *Req) (*Resp, error)
 	}
+}
+
+type EmbedsInternal interface {
+	shared.Noter
 }

@@ -4,6 +4,7 @@ package shared
 import (
 	"context"
 
+	"github.com/dabbrpc/dabb/cmd/rpcgen/testdata/types/internal/hidden"
 	orders "github.com/dabbrpc/dabb/cmd/rpcgen/testdata/types/otherpb"
 	"github.com/dabbrpc/dabb/cmd/rpcgen/testdata/types/pb"
 )
@@ -27,4 +28,10 @@ type Pinger interface {
 // not ../pb.
 type Orderer interface {
 	Order(ctx context.Context, req *orders.Order) (*orders.Receipt, error)
+}
+
+// Noter names its message by its internal package, which packages outside
+// testdata/types may not import.
+type Noter interface {
+	Note(ctx context.Context, req *hidden.Note) (*hidden.Note, error)
 }
