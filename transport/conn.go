@@ -352,7 +352,7 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 		if c.readOnly.Load() {
 			return nil, c.errReadOnly()
 		}
-		queued, err := c.write(req, remaining)
+		queued, err := c.write(ctx, req, remaining)
 		if err != nil {
 			return nil, c.writeError(queued, err)
 		}
@@ -364,7 +364,7 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 		callPool.Put(cl)
 		return nil, err
 	}
-	queued, err := c.write(req, remaining)
+	queued, err := c.write(ctx, req, remaining)
 	if err != nil {
 		c.abandon(id, cl, false)
 		callPool.Put(cl)
@@ -408,18 +408,37 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 
 // write writes req; with a budget, the wire carries what is left of it
 // (remaining) rather than req.Timeout, which is left as the caller set it.
-func (c *clientConn) write(req *protocol.Message, remaining time.Duration) (queued bool, err error) {
+//
+// The write ends with ctx, or when the budget does (a large frame's write
+// may wait for the socket; see writeMessage), with ctx's error or
+// context.DeadlineExceeded.
+func (c *clientConn) write(ctx context.Context, req *protocol.Message, remaining time.Duration) (queued bool, err error) {
+	lim := limit{ctx: ctx}
 	if remaining <= 0 {
-		return c.w.writeMessage(req)
+		return c.w.writeMessage(req, lim)
+	}
+	if len(req.Payload) >= largePayload {
+		lim.deadline = time.Now().Add(remaining)
 	}
 	budget := req.Timeout
 	req.Timeout = remaining
-	queued, err = c.w.writeMessage(req)
+	queued, err = c.w.writeMessage(req, lim)
 	req.Timeout = budget
 	return queued, err
 }
 
 func (c *clientConn) writeError(queued bool, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		if !queued { // it waited for its turn to write
+			return ctxErr(err, false)
+		}
+		// Cut off mid-frame: the rest still goes out, so the server may
+		// act on it.
+		if errors.Is(err, context.DeadlineExceeded) {
+			return &protocol.Error{Status: protocol.StatusServerTimeout, Msg: "deadline exceeded while sending", Err: err}
+		}
+		return &protocol.Error{Status: protocol.StatusClientError, Msg: "call cancelled while sending", Err: err}
+	}
 	if !queued {
 		return notSent(protocol.StatusChannelInactive, "connection closed", err)
 	}

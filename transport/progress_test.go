@@ -58,7 +58,7 @@ func TestSlowPeerIsNotAStall(t *testing.T) {
 	const tick = 100 * time.Millisecond
 	done := make(chan error, 1)
 	go func() {
-		_, err := w.writeMessage(newRequest(string(bytes.Repeat([]byte{'x'}, size))))
+		_, err := w.writeMessage(newRequest(string(bytes.Repeat([]byte{'x'}, size))), limit{})
 		done <- err
 	}()
 

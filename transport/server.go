@@ -918,7 +918,7 @@ func (sc *serverConn) answer(req *protocol.Message, status protocol.Status, msg 
 	m := &sc.reply
 	m.Header.Init(protocol.MakeFlags(0, req.Header.Flags().Serialization()), status, req.Header.ID())
 	m.Payload = msg
-	_, _ = sc.w.writeMessage(m)
+	_, _ = sc.w.writeMessage(m, limit{})
 	m.Payload = nil
 }
 
@@ -985,7 +985,7 @@ func (call *serverCall) finish() {
 		}
 		resp.Header.Init(protocol.MakeFlags(0, req.Header.Flags().Serialization()), status, req.Header.ID())
 		resp.Service, resp.Method, resp.Timeout = "", "", 0
-		_, _ = sc.w.writeMessage(resp)
+		_, _ = sc.w.writeMessage(resp, limit{})
 	}
 	s.release()
 	putServerCall(call)

@@ -1,11 +1,15 @@
 package transport
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dabbrpc/dabb/internal/bufpool"
 	"github.com/dabbrpc/dabb/protocol"
@@ -35,8 +39,15 @@ import (
 // round trip at 64), which did not pay for its wake-ups.
 //
 // The price is that a flusher may be kept busy writing frames of other
-// goroutines, and is blocked while the socket's send buffer is full. Only
-// the flusher can be blocked: everyone else returns at once. A write that
+// goroutines. It is never kept waiting for room in the socket's send
+// buffer, though: on Unix it makes the write system calls itself
+// (rawWriter), and when the buffer is full it hands what is left to a
+// goroutine of its own (finish), which holds the flusher's turn until the
+// write completes, and returns; the caller then waits for its answer with
+// its own timer and context. A large frame's writer waits for the socket
+// (its payload is written in place) but only within the call's limit
+// (writeLarge). Elsewhere, and with a connection that is not a socket, the
+// flusher may block while the buffer is full. A write that
 // has not completed after two heartbeat intervals, while the peer
 // acknowledged none of its bytes, closes the connection (see state), which
 // releases it. On Linux the peer's acknowledgements (TCP_INFO) tell a peer
@@ -69,6 +80,9 @@ type frameWriter struct {
 	seen    uint64 // writes at the previous stall check
 
 	acked atomic.Uint64 // the peer's acknowledged bytes at the previous stall check
+
+	// raw writes without blocking (tryWrite); nil where nc cannot.
+	raw rawWriter
 }
 
 // largePayload is the payload size from which a frame is written from the
@@ -80,6 +94,7 @@ func (w *frameWriter) init(nc net.Conn, onError func(error)) {
 	w.nc = nc
 	w.onError = onError
 	w.turn.L = &w.mu
+	w.raw.init(nc)
 }
 
 // eventKind selects an event frame for writeEvent.
@@ -92,12 +107,45 @@ const (
 	eventCancel
 )
 
+// limit is how long a caller may wait on the writer: until ctx is done or
+// deadline passes (zero: no deadline). The zero limit waits as long as it
+// takes.
+type limit struct {
+	ctx      context.Context
+	deadline time.Time
+}
+
+// set reports whether the limit can end a wait.
+func (l limit) set() bool {
+	return !l.deadline.IsZero() || (l.ctx != nil && l.ctx.Done() != nil)
+}
+
+// err returns the context's error, or context.DeadlineExceeded once the
+// deadline has passed, or nil.
+func (l limit) err() error {
+	if l.ctx != nil {
+		if err := l.ctx.Err(); err != nil {
+			return err
+		}
+	}
+	if !l.deadline.IsZero() && !time.Now().Before(l.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // writeMessage encodes m and writes it, or hands it to the active flusher.
 // queued reports whether the frame entered the buffer: when it did not
-// (err is the sticky error of a closed or broken connection), the frame
-// provably never left; when it did and err is non-nil, this goroutine's own
-// write failed and the frame may have been partly sent.
-func (w *frameWriter) writeMessage(m *protocol.Message) (queued bool, err error) {
+// (err is the sticky error of a closed or broken connection, or lim's
+// error), the frame provably never left; when it did and err is non-nil,
+// this goroutine's own write failed, or lim ended it (then err is lim's),
+// and the frame may have been partly sent.
+//
+// Only a large frame's writer waits on the socket, for its payload (its
+// turn and the write itself, both within lim). A small frame's writer never
+// waits longer than one system call: when the socket's send buffer is full,
+// what is left goes to a goroutine that finishes the write (finish).
+func (w *frameWriter) writeMessage(m *protocol.Message, lim limit) (queued bool, err error) {
 	w.mu.Lock()
 	if w.err != nil {
 		err = w.err
@@ -105,7 +153,7 @@ func (w *frameWriter) writeMessage(m *protocol.Message) (queued bool, err error)
 		return false, err
 	}
 	if len(m.Payload) >= largePayload {
-		return w.writeLarge(m)
+		return w.writeLarge(m, lim)
 	}
 	if n := len(w.buf) + len(m.Payload) + frameSlack; n > cap(w.buf) && n > bufpool.Min {
 		w.grow(n)
@@ -137,10 +185,20 @@ func (w *frameWriter) grow(n int) {
 // without copying it: it waits for its turn as the flusher, writes what is
 // buffered plus the frame's head and payload in one writev, and then goes
 // on flushing what others buffered meanwhile like any flusher. It returns
-// only once m.Payload has been written, so the caller may reuse it. It is
-// called with mu held; it releases mu.
-func (w *frameWriter) writeLarge(m *protocol.Message) (queued bool, err error) {
+// once m.Payload has been written, so the caller may reuse it, or when lim
+// ends first: then what is left of the frame is copied and finished by
+// another goroutine (the connection stays usable). It is called with mu
+// held; it releases mu.
+func (w *frameWriter) writeLarge(m *protocol.Message, lim limit) (queued bool, err error) {
+	if w.flushing && w.err == nil && lim.set() {
+		stop := w.wakeTurnAt(lim)
+		defer close(stop)
+	}
 	for w.flushing && w.err == nil {
+		if err := lim.err(); err != nil {
+			w.mu.Unlock()
+			return false, err
+		}
 		w.turn.Wait()
 	}
 	if w.err != nil {
@@ -155,11 +213,105 @@ func (w *frameWriter) writeLarge(m *protocol.Message) (queued bool, err error) {
 	w.spare = nil
 	w.mu.Unlock()
 
-	bufs := net.Buffers{b, m.Payload}
-	_, err = bufs.WriteTo(w.nc)
-
+	n, err := w.writeBuffers(net.Buffers{b, m.Payload}, lim)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		if lerr := lim.err(); lerr != nil {
+			// The caller's time is up, mid-frame: the rest of the frame
+			// must still go out, or the stream is broken.
+			rest := bufpool.Get(len(b) + len(m.Payload) - int(n))
+			rest = append(append(rest[:0], tail(b, n)...), tail(m.Payload, n-int64(len(b)))...)
+			go w.finish(rest, 0)
+			return true, lerr
+		}
+	}
 	w.mu.Lock()
 	return true, w.wrote(b, err)
+}
+
+// tail returns p without its first n bytes (all of p for n <= 0).
+func tail(p []byte, n int64) []byte {
+	if n <= 0 {
+		return p
+	}
+	if n >= int64(len(p)) {
+		return nil
+	}
+	return p[n:]
+}
+
+// wakeTurnAt wakes the goroutines waiting for their turn when lim ends,
+// so they can give up; closing the returned channel stops it.
+func (w *frameWriter) wakeTurnAt(lim limit) chan<- struct{} {
+	stop := make(chan struct{})
+	var done <-chan struct{}
+	if lim.ctx != nil {
+		done = lim.ctx.Done()
+	}
+	var t *time.Timer
+	var expired <-chan time.Time
+	if !lim.deadline.IsZero() {
+		t = time.NewTimer(time.Until(lim.deadline))
+		expired = t.C
+	}
+	go func() {
+		if t != nil {
+			defer t.Stop()
+		}
+		select {
+		case <-done:
+		case <-expired:
+		case <-stop:
+			return
+		}
+		w.mu.Lock()
+		w.turn.Broadcast()
+		w.mu.Unlock()
+	}()
+	return stop
+}
+
+// aLongTimeAgo is a deadline in the past: it makes a blocked write return.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// writeBuffers writes bufs; with a limit, the write ends with
+// os.ErrDeadlineExceeded when lim does. n is what was written.
+func (w *frameWriter) writeBuffers(bufs net.Buffers, lim limit) (n int64, err error) {
+	if !lim.set() {
+		return bufs.WriteTo(w.nc)
+	}
+	if !lim.deadline.IsZero() {
+		_ = w.nc.SetWriteDeadline(lim.deadline)
+	}
+	var stop, exited chan struct{}
+	if lim.ctx != nil && lim.ctx.Done() != nil {
+		stop, exited = make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(exited)
+			select {
+			case <-lim.ctx.Done():
+				_ = w.nc.SetWriteDeadline(aLongTimeAgo)
+			case <-stop:
+			}
+		}()
+	}
+	n, err = bufs.WriteTo(w.nc)
+	if stop != nil {
+		close(stop)
+		<-exited // no deadline may be set after the one cleared below
+	}
+	_ = w.nc.SetWriteDeadline(time.Time{})
+	return n, err
+}
+
+// finish writes b[n:] for a flusher that could not wait (a small frame's
+// writer whose socket was full, a large frame's writer whose time was up),
+// then flushes as usual: it holds the flusher's turn until done. It runs on
+// its own goroutine, one per connection at most, which ends when the write
+// completes or the connection closes.
+func (w *frameWriter) finish(b []byte, n int) {
+	_, err := w.nc.Write(b[n:])
+	w.mu.Lock()
+	_ = w.wrote(b, err) // a failed write closes the connection itself
 }
 
 // writeEvent writes an event frame with the given id.
@@ -252,7 +404,11 @@ func (w *frameWriter) flushLoop() error {
 		w.spare = nil
 		w.mu.Unlock()
 
-		_, err := w.nc.Write(b)
+		n, blocked, err := w.raw.tryWrite(w.nc, b)
+		if blocked {
+			go w.finish(b, n)
+			return nil
+		}
 
 		w.mu.Lock()
 		if done, err := w.afterWrite(b, err); done {

@@ -53,7 +53,7 @@ func startFlush(t *testing.T, c *gateConn, w *frameWriter, payload string) <-cha
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		_, err := w.writeMessage(frameOf(payload))
+		_, err := w.writeMessage(frameOf(payload), limit{})
 		done <- err
 	}()
 	waitFor(t, c.entered, "the first write")
@@ -67,7 +67,7 @@ func TestWriterCoalesces(t *testing.T) {
 	done := startFlush(t, c, &w, "first")
 	// A flusher is active: these return at once, their frames queued.
 	for _, p := range []string{"a", "bb", "ccc"} {
-		if queued, err := w.writeMessage(frameOf(p)); !queued || err != nil {
+		if queued, err := w.writeMessage(frameOf(p), limit{}); !queued || err != nil {
 			t.Fatalf("writeMessage while flushing = %v, %v", queued, err)
 		}
 	}
@@ -118,7 +118,7 @@ func TestWriterErrors(t *testing.T) {
 	var w frameWriter
 	w.init(c, func(err error) { failed = append(failed, err) })
 
-	queued, err := w.writeMessage(frameOf("x"))
+	queued, err := w.writeMessage(frameOf("x"), limit{})
 	if !queued || !errors.Is(err, boom) {
 		t.Fatalf("failing write = %v, %v; want queued with the write error", queued, err)
 	}
@@ -126,7 +126,7 @@ func TestWriterErrors(t *testing.T) {
 		t.Fatalf("onError called %d times, want 1", len(failed))
 	}
 	// Sticky: later frames are refused before they are queued.
-	queued, err = w.writeMessage(frameOf("y"))
+	queued, err = w.writeMessage(frameOf("y"), limit{})
 	if queued || !errors.Is(err, boom) {
 		t.Fatalf("write after failure = %v, %v; want not queued", queued, err)
 	}
@@ -137,7 +137,7 @@ func TestWriterErrors(t *testing.T) {
 	var w2 frameWriter
 	w2.init(c, func(error) {})
 	w2.fail(ErrClosed)
-	if queued, err := w2.writeMessage(frameOf("z")); queued || !errors.Is(err, ErrClosed) {
+	if queued, err := w2.writeMessage(frameOf("z"), limit{}); queued || !errors.Is(err, ErrClosed) {
 		t.Fatalf("write after fail(ErrClosed) = %v, %v", queued, err)
 	}
 }
@@ -151,7 +151,7 @@ func TestWriterStallDetection(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := w.writeMessage(frameOf("stuck"))
+		_, err := w.writeMessage(frameOf("stuck"), limit{})
 		done <- err
 	}()
 	waitFor(t, c.entered, "the write")
@@ -208,7 +208,7 @@ func TestWriterLargeFrame(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		queued, err := w.writeMessage(large)
+		queued, err := w.writeMessage(large, limit{})
 		c.mu.Lock()
 		var all []byte
 		for _, b := range c.writes {
@@ -217,7 +217,7 @@ func TestWriterLargeFrame(t *testing.T) {
 		c.mu.Unlock()
 		done <- result{queued, err, bytes.Contains(all, large.Payload)}
 	}()
-	if queued, err := w.writeMessage(frameOf("small")); !queued || err != nil {
+	if queued, err := w.writeMessage(frameOf("small"), limit{}); !queued || err != nil {
 		t.Fatalf("small writeMessage while flushing = %v, %v", queued, err)
 	}
 	close(c.gate)
@@ -274,7 +274,7 @@ func TestWriterLargeWaiterReleasedOnFailure(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		queued, err := w.writeMessage(frameOf(string(make([]byte, largePayload))))
+		queued, err := w.writeMessage(frameOf(string(make([]byte, largePayload))), limit{})
 		done <- result{queued, err}
 	}()
 	close(c.gate)
@@ -301,14 +301,14 @@ func TestWriterCompany(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := w.writeMessage(frameOf("first"))
+		_, err := w.writeMessage(frameOf("first"), limit{})
 		done <- err
 	}()
 	waitFor(t, c.entered, "the first write")
 	if got := company(); got != 0 {
 		t.Fatalf("company = %d before anyone joined, want 0", got)
 	}
-	if _, err := w.writeMessage(frameOf("joins")); err != nil {
+	if _, err := w.writeMessage(frameOf("joins"), limit{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := company(); got != companyTurns {
@@ -319,7 +319,7 @@ func TestWriterCompany(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range companyTurns + 3 {
-		if _, err := w.writeMessage(frameOf("solo")); err != nil {
+		if _, err := w.writeMessage(frameOf("solo"), limit{}); err != nil {
 			t.Fatal(err)
 		}
 		want := max(0, companyTurns-1-i)
@@ -341,7 +341,7 @@ func TestWriterGrowsThroughPool(t *testing.T) {
 	const frames = 600 // ~600 KiB queued: grows past bufpool.MaxKept
 	payload := func(i int) string { return fmt.Sprintf("%04d%s", i, strings.Repeat("p", 1000)) }
 	for i := range frames {
-		if queued, err := w.writeMessage(frameOf(payload(i))); !queued || err != nil {
+		if queued, err := w.writeMessage(frameOf(payload(i)), limit{}); !queued || err != nil {
 			t.Fatalf("writeMessage %d while flushing = %v, %v", i, queued, err)
 		}
 	}
