@@ -51,6 +51,15 @@ func WithHeartbeat(d time.Duration) Option {
 	return func(o *options) { o.transport.HeartbeatInterval = d }
 }
 
+// WithWaitForHandlers makes Close, and a Shutdown whose ctx ends first,
+// wait for running handlers to return after cancelling their contexts.
+// By default they return once the connections are closed (as net/http's
+// Shutdown and gRPC's Stop do), so a handler that ignores its context
+// cannot hold the process up; it runs on, and its answer goes nowhere.
+func WithWaitForHandlers(wait bool) Option {
+	return func(o *options) { o.transport.WaitForHandlers = wait }
+}
+
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.transport.Logger = l } }
 
@@ -301,7 +310,9 @@ func (s *Server) ListenAndServe(addr string) error {
 // it is read-only, lets in-flight calls finish and closes the connections.
 // Each instance's withdrawal takes at most 5 s and the whole at most ctx, so
 // a registry that does not answer leaves the rest of ctx to the drain. When
-// ctx ends first it closes everything and returns ctx.Err(). Shutdowns and
+// ctx ends first it closes everything, cancels the handlers' contexts and
+// returns ctx.Err() without waiting for handlers that ignore their
+// contexts (see WithWaitForHandlers). Shutdowns and
 // Closes may overlap: the withdrawal runs once and every caller waits for
 // it before it stops the server.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -310,8 +321,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // Close stops the server at once: listeners and connections close and
-// running handlers see their contexts cancelled. It withdraws published
-// instances first, bounded by a short timeout.
+// running handlers see their contexts cancelled (it does not wait for them
+// to return unless WithWaitForHandlers). It withdraws published instances
+// first, bounded by a short timeout.
 func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

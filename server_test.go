@@ -47,6 +47,7 @@ var quiet = slog.New(slog.DiscardHandler)
 //	"sleep:<dur>"  sleeps (or until ctx ends), then answers
 //	"stall:<dur>"  sleeps, ignoring ctx, then answers
 //	"block"        waits until the test releases it
+//	"deaf"         waits until the test releases it, ignoring ctx
 //	"key"          answers the call's idempotency key as Sku
 type probe struct {
 	ran     atomic.Int64
@@ -86,6 +87,9 @@ func (p *probe) Do(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, e
 		return call(ctx, p.relay, "echo", proxy.Timeout(10*time.Second))
 	case sku == "key":
 		return &pb.StockReply{Sku: dabb.IdempotencyKey(ctx), Count: int64(len(dabb.Attachments(ctx)))}, nil
+	case sku == "deaf":
+		p.started <- struct{}{}
+		<-p.release // ignores ctx
 	case sku == "block":
 		p.started <- struct{}{}
 		select {
@@ -509,6 +513,30 @@ func TestManyCallsOneClient(t *testing.T) {
 	}
 	if got := p.ran.Load(); got != int64(calls) {
 		t.Fatalf("server ran %d calls, want %d", got, calls)
+	}
+}
+
+// TestShutdownDoesNotWaitForADeafHandler: Shutdown returns when its ctx
+// ends, though a handler ignores its cancelled context.
+func TestShutdownDoesNotWaitForADeafHandler(t *testing.T) {
+	p := newProbe()
+	defer close(p.release)
+	s, addr := startServer(t, p)
+	c := newClient(t, addr)
+	go func() { _, _ = call(context.Background(), c, "deaf", proxy.Timeout(10*time.Second)) }()
+	select {
+	case <-p.started:
+	case <-time.After(testTimeout):
+		t.Fatal("the handler did not start")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown = %v, want context.DeadlineExceeded", err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("Shutdown with a 100ms context returned after %v: it waited for the handler", el)
 	}
 }
 

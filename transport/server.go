@@ -81,6 +81,13 @@ type ServerConfig struct {
 	// last read: it sees the connection close with no answer, although
 	// nothing ran. Default 2s.
 	ShutdownLinger time.Duration
+	// WaitForHandlers makes Close, and a Shutdown whose ctx ends first,
+	// wait for the running handlers to return (their contexts are
+	// cancelled). By default they return as soon as the connections are
+	// closed, as net/http's Shutdown and gRPC's Stop do: a handler that
+	// ignores its context cannot hold the process up, and runs on until
+	// it returns, its answer going nowhere.
+	WaitForHandlers bool
 	// Logger receives connection events and handler panics. Nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -373,7 +380,8 @@ func (s *Server) openConnsLocked() []*serverConn {
 // reset them under a client that may already have sent its request.
 //
 // If ctx ends first, Shutdown cancels the handlers' contexts, closes
-// everything, waits for the handlers to return, and returns ctx.Err().
+// everything and returns ctx.Err() (after the handlers returned, with
+// ServerConfig.WaitForHandlers).
 func (s *Server) Shutdown(ctx context.Context) error {
 	_, first := s.stop(true)
 	// Announce read-only on every connection at once: from now on
@@ -399,7 +407,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			s.closeAll()
+			s.closeAll(s.cfg.WaitForHandlers)
 			return ctx.Err()
 		}
 	}
@@ -417,7 +425,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				}
 			}
 		case <-ctx.Done():
-			s.closeAll()
+			s.closeAll(s.cfg.WaitForHandlers)
 			return ctx.Err()
 		}
 	}
@@ -431,14 +439,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				s.closeAll()
+				s.closeAll(s.cfg.WaitForHandlers)
 				return ctx.Err()
 			}
 			poll = min(2*poll, 20*time.Millisecond)
 		}
 	}
 	err := s.linger(ctx, conns)
-	s.closeAll()
+	s.closeAll(true) // the handlers are done: only the readers are left to end
 	return err
 }
 
@@ -471,23 +479,27 @@ func (s *Server) linger(ctx context.Context, conns []*serverConn) error {
 }
 
 // Close closes the server at once: listeners, connections and handler
-// contexts. It waits for the handlers to return.
+// contexts. With ServerConfig.WaitForHandlers it waits for the handlers to
+// return.
 func (s *Server) Close() error {
 	s.stop(false)
-	s.closeAll()
+	s.closeAll(s.cfg.WaitForHandlers)
 	return nil
 }
 
 // closeAll closes the connections first, so no handler answers once Close
-// was called, then cancels the handlers' contexts and waits for them.
-func (s *Server) closeAll() {
+// was called, then cancels the handlers' contexts; with wait, it waits for
+// the server's goroutines (readers, workers and the handlers they run).
+func (s *Server) closeAll(wait bool) {
 	conns, _ := s.stop(false) // also catches connections tracked meanwhile
 	for _, sc := range conns {
 		sc.close()
 	}
 	s.cancel()
 	s.closeWorkers()
-	s.wg.Wait()
+	if wait {
+		s.wg.Wait()
+	}
 }
 
 // release ends a request counted by active.

@@ -449,6 +449,49 @@ func TestShutdownExpiredContext(t *testing.T) {
 	wantStatus(t, waitFor(t, errc, "the call"), protocol.StatusChannelInactive, false, false)
 }
 
+// TestStopWithAHandlerIgnoringItsContext: Close, and a Shutdown whose
+// ctx has ended, return without waiting for a handler that ignores its
+// (cancelled) context; with WaitForHandlers they wait for it.
+func TestStopWithAHandlerIgnoringItsContext(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		for _, stop := range []string{"Close", "Shutdown"} {
+			t.Run(fmt.Sprintf("%s/WaitForHandlers=%v", stop, wait), func(t *testing.T) {
+				entered, release := make(chan struct{}), make(chan struct{})
+				ts := startServer(t, HandlerFunc(func(_ context.Context, _, _ *protocol.Message) {
+					close(entered)
+					<-release // deaf to its context
+				}), ServerConfig{WaitForHandlers: wait})
+				p := newPool(t, Config{})
+				go func() { _, _ = p.RoundTrip(context.Background(), ts.addr, newRequest("deaf")) }()
+				waitFor(t, entered, "the handler")
+				returned := make(chan struct{})
+				go func() {
+					defer close(returned)
+					if stop == "Close" {
+						_ = ts.srv.Close()
+						return
+					}
+					ctx, cancel := context.WithCancel(context.Background())
+					cancel()
+					_ = ts.srv.Shutdown(ctx)
+				}()
+				if !wait {
+					waitFor(t, returned, stop+" with a handler deaf to its context")
+					close(release)
+					return
+				}
+				select {
+				case <-returned:
+					t.Fatalf("%s with WaitForHandlers returned while the handler runs", stop)
+				case <-time.After(100 * time.Millisecond): // a bound on what must not happen
+				}
+				close(release)
+				waitFor(t, returned, stop+" once the handler returned")
+			})
+		}
+	}
+}
+
 // TestServeAcceptRetry checks that a failing Accept is retried.
 func TestServeAcceptRetry(t *testing.T) {
 	l := &flakyListener{Listener: listen(t), failures: 3}
