@@ -42,7 +42,9 @@ func WithMaxConcurrent(n int) Option { return func(o *options) { o.transport.Max
 
 // WithMaxBody limits the body of an incoming request (default 8 MiB). A
 // larger request is dropped and answered with 40, and the connection stays;
-// only a header claiming more than 64 MiB closes it.
+// only a header claiming more than 64 MiB closes it. A handler's answer
+// over the limit is replaced by status 50 (bad response) saying so; raise
+// it with the clients' transport.Config.MaxBody to send larger answers.
 func WithMaxBody(n uint32) Option { return func(o *options) { o.transport.MaxBody = n } }
 
 // WithHeartbeat sets the idle interval after which a connection is probed

@@ -112,6 +112,63 @@ func AppendFrameHead(dst []byte, m *Message) []byte {
 	return dst
 }
 
+// BodyLen returns the length of the body AppendMessage writes for m (what
+// its header's bytes 12-15 will say), without encoding it.
+func BodyLen(m *Message) int {
+	n := len(m.Payload)
+	if m.Header.Flags().IsEvent() {
+		return n
+	}
+	str := func(l int) int { return uvarintLen(uint64(l)) + l }
+	n += str(len(m.Service)) + str(len(m.Method))
+	count := len(m.Attachments)
+	if _, dup := m.Attachments[AttachTimeout]; dup {
+		count--
+	}
+	if m.Timeout != 0 {
+		count++
+		var num [20]byte
+		n += str(len(AttachTimeout)) + str(len(strconv.AppendInt(num[:0], timeoutMillis(m.Timeout), 10)))
+	}
+	if m.IdempotencyKey != "" {
+		count++
+		if _, dup := m.Attachments[AttachIdempotencyKey]; dup {
+			count--
+		}
+		n += str(len(AttachIdempotencyKey)) + str(len(m.IdempotencyKey))
+	}
+	n += uvarintLen(uint64(count))
+	for k, v := range m.Attachments {
+		if k == AttachTimeout || (k == AttachIdempotencyKey && m.IdempotencyKey != "") {
+			continue
+		}
+		n += str(len(k)) + str(len(v))
+	}
+	return n
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// timeoutMillis is the timeout attachment's value for d: milliseconds,
+// rounded up, so the server's deadline is never earlier than the caller's
+// (the caller gives up first).
+func timeoutMillis(d time.Duration) int64 {
+	switch {
+	case d > maxTimeout:
+		return maxTimeoutMillis
+	case d > 0:
+		return int64((d + time.Millisecond - 1) / time.Millisecond)
+	}
+	return 0
+}
+
 // appendHead appends the header (body length not yet set) and the fields
 // before the payload.
 func appendHead(dst []byte, m *Message) []byte {
@@ -138,18 +195,9 @@ func appendHead(dst []byte, m *Message) []byte {
 	}
 	dst = binary.AppendUvarint(dst, uint64(n))
 	if m.Timeout != 0 {
-		// Rounded up, so the server's deadline is never earlier
-		// than the caller's: the caller gives up first.
-		var ms int64
-		switch {
-		case m.Timeout > maxTimeout:
-			ms = maxTimeoutMillis
-		case m.Timeout > 0:
-			ms = int64((m.Timeout + time.Millisecond - 1) / time.Millisecond)
-		}
 		dst = appendString(dst, AttachTimeout)
 		var num [20]byte
-		dst = appendBytes(dst, strconv.AppendInt(num[:0], ms, 10))
+		dst = appendBytes(dst, strconv.AppendInt(num[:0], timeoutMillis(m.Timeout), 10))
 	}
 	if m.IdempotencyKey != "" {
 		dst = appendString(dst, AttachIdempotencyKey)

@@ -76,6 +76,10 @@ func TestRoundTrip(t *testing.T) {
 		{name: "ok response", in: protocol.Message{Header: response(14, protocol.StatusOK), Payload: []byte{0x08, 0x62}}},
 		{name: "error response", in: protocol.Message{Header: response(15, protocol.StatusServiceError), Payload: []byte("out of stock: sku-42")}},
 		{name: "payload exactly 64 KiB", in: protocol.Message{Header: request(16), Service: "s", Method: "m", Payload: exact}},
+		{name: "long names and key", in: protocol.Message{Header: request(18), Service: strings.Repeat("s", 200), Method: strings.Repeat("m", 20000),
+			IdempotencyKey: strings.Repeat("k", 300), Attachments: map[string]string{protocol.AttachIdempotencyKey: "dup", "v": strings.Repeat("v", 129)}},
+			want: protocol.Message{Header: request(18), Service: strings.Repeat("s", 200), Method: strings.Repeat("m", 20000),
+				IdempotencyKey: strings.Repeat("k", 300), Attachments: map[string]string{"v": strings.Repeat("v", 129)}}},
 		{name: "payload 200 KiB", in: protocol.Message{Header: request(17), Service: "s", Method: "m", Timeout: time.Second, Payload: big}},
 	}
 	for _, tt := range tests {
@@ -92,6 +96,9 @@ func TestRoundTrip(t *testing.T) {
 			}
 			if got := int(h.BodyLen()); got != len(frame)-protocol.HeaderLen {
 				t.Errorf("body length %d in the header, frame body is %d bytes", got, len(frame)-protocol.HeaderLen)
+			}
+			if got := protocol.BodyLen(&tt.in); got != len(frame)-protocol.HeaderLen {
+				t.Errorf("BodyLen = %d, the encoded body is %d bytes", got, len(frame)-protocol.HeaderLen)
 			}
 			for name, r := range map[string]*bufio.Reader{
 				"whole":        reader(frame),

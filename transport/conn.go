@@ -24,6 +24,9 @@ type call struct {
 	// the connection broke. Capacity 1, so the sender never blocks.
 	ch    chan *protocol.Message
 	timer *time.Timer // the budget timer; stopped when not in use
+	// err, set before a nil is sent on ch, is this call's own failure
+	// (its response could not be read); nil means the connection broke.
+	err error
 }
 
 var callPool = sync.Pool{New: func() any {
@@ -197,6 +200,7 @@ func (c *clientConn) abandon(id uint64, cl *call, cancel bool) {
 	if m := <-cl.ch; m != nil {
 		putMessage(m)
 	}
+	cl.err = nil
 }
 
 // cancelRemote sends the cancel event for request id, whose caller gave
@@ -231,6 +235,46 @@ func (c *clientConn) cancelRemote(id uint64, closeDrained bool) {
 	}()
 }
 
+// maxSkipped is the largest body over MaxBody a reader drops to stay in
+// step (failing only the frame's own call); a frame claiming more closes
+// the connection.
+const maxSkipped = 64 << 20
+
+// skipResponse drops the body of a response whose header said it was
+// larger than MaxBody, and fails its call alone with a local 50 (bad
+// response; the server ran the call): the other calls sharing the
+// connection do not suffer for one oversized answer. It reports false
+// when the connection must close: not a response, a claim over
+// maxSkipped, or the body could not be read.
+func (c *clientConn) skipResponse(br *bufio.Reader, m *protocol.Message, tooLarge error) bool {
+	n := m.Header.BodyLen()
+	if f := m.Header.Flags(); f.IsRequest() || f.IsEvent() || n > maxSkipped {
+		return false
+	}
+	if _, err := br.Discard(int(n)); err != nil {
+		return false
+	}
+	id := m.Header.ID()
+	c.mu.Lock()
+	cl, ok := c.pending[id]
+	drained := false
+	if ok {
+		delete(c.pending, id)
+		drained = c.drainedLocked()
+	}
+	c.mu.Unlock()
+	c.ep.p.log.Warn("transport: response body over MaxBody; dropped it", "addr", c.ep.addr, "err", tooLarge)
+	if ok {
+		cl.err = &protocol.Error{Status: protocol.StatusBadResponse,
+			Msg: fmt.Sprintf("response of %d bytes is over MaxBody (%d)", n, c.ep.p.cfg.MaxBody), Err: tooLarge}
+		cl.ch <- nil
+	}
+	if drained {
+		c.closeDrained()
+	}
+	return true
+}
+
 // pendingLen returns the size of the pending table (for tests).
 func (c *clientConn) pendingLen() int {
 	c.mu.Lock()
@@ -242,10 +286,15 @@ func (c *clientConn) pendingLen() int {
 // to its caller.
 func (c *clientConn) readLoop() {
 	defer c.ep.p.wg.Done()
-	rd := protocol.NewReader(bufio.NewReaderSize(c.live.source(c.nc), readBufferSize), c.ep.p.cfg.MaxBody)
+	br := bufio.NewReaderSize(c.live.source(c.nc), readBufferSize)
+	rd := protocol.NewReader(br, c.ep.p.cfg.MaxBody)
 	for {
 		m := getMessage()
 		if err := rd.Read(m); err != nil {
+			if errors.Is(err, protocol.ErrBodyTooLarge) && c.skipResponse(br, m, err) {
+				putMessage(m)
+				continue
+			}
 			putMessage(m)
 			c.close(readError(c.ep.addr, err))
 			return
@@ -381,10 +430,16 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 		if timeout != nil {
 			cl.timer.Stop()
 		}
-		callPool.Put(cl)
 		if m == nil {
+			if err := cl.err; err != nil {
+				cl.err = nil
+				callPool.Put(cl)
+				return nil, err
+			}
+			callPool.Put(cl)
 			return nil, &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "connection lost", Err: c.closeErr()}
 		}
+		callPool.Put(cl)
 		if m.Header.Status() != protocol.StatusOK {
 			err := m.Err()
 			putMessage(m)

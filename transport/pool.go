@@ -79,8 +79,10 @@ type Config struct {
 	// sends a heartbeat; one silent for 3 intervals is closed.
 	// Default 60s.
 	HeartbeatInterval time.Duration
-	// MaxBody limits the body of a response; a larger one closes the
-	// connection. It also bounds the payload of a request: a larger one
+	// MaxBody limits the body of a response: a larger one is read and
+	// dropped and its call alone fails with a local status 50 (bad
+	// response; the server ran it), unless it claims more than 64 MiB,
+	// which closes the connection. It also bounds the payload of a request: a larger one
 	// fails at once, not sent (status 90, wrapping
 	// protocol.ErrBodyTooLarge), as the peer's default limit would refuse
 	// it. Default protocol.DefaultMaxBody.

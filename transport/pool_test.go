@@ -190,15 +190,69 @@ func TestBigPayload(t *testing.T) {
 		}
 	})
 
+	// A handler answering "big" replies with 4 KiB, others echo; "block"
+	// waits for release, so a call is in flight on the same connection.
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	bigReply := func(t *testing.T, cfg ServerConfig) string {
+		return startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+			switch string(req.Payload) {
+			case "big":
+				resp.Payload = append(resp.Payload[:0], strings.Repeat("x", 4<<10)...)
+			case "block":
+				entered <- struct{}{}
+				<-release
+				fallthrough
+			default:
+				resp.Payload = append(resp.Payload[:0], req.Payload...)
+			}
+		}), cfg).addr
+	}
+	// oneOversized makes a call whose answer is too large while another
+	// call waits on the same connection, and checks that only the first
+	// fails, with status, and that the connection was not redialed.
+	oneOversized := func(t *testing.T, addr string, maxBody uint32, status protocol.Status, remote bool) *protocol.Error {
+		var dials atomic.Int32
+		p := newPool(t, Config{ConnsPerAddr: 1, MaxBody: maxBody, Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			dials.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}})
+		blocked := make(chan error, 1)
+		go func() {
+			resp, err := p.RoundTrip(testCtx(t), addr, newRequest("block"))
+			if err == nil {
+				p.Release(resp)
+			}
+			blocked <- err
+		}()
+		waitFor(t, entered, "the blocked call")
+		_, err := p.RoundTrip(testCtx(t), addr, newRequest("big"))
+		pe := wantStatus(t, err, status, remote, false)
+		release <- struct{}{}
+		if err := waitFor(t, blocked, "the call sharing the connection"); err != nil {
+			t.Fatalf("a call sharing the connection with the oversized answer failed: %v", err)
+		}
+		if n := dials.Load(); n != 1 {
+			t.Errorf("the pool dialed %d times, want 1: the oversized answer cost the connection", n)
+		}
+		return pe
+	}
+
 	t.Run("response over the client limit", func(t *testing.T) {
-		bigReply := startServer(t, HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
-			resp.Payload = append(resp.Payload[:0], strings.Repeat("x", 4<<10)...)
-		}), ServerConfig{})
-		small := newPool(t, Config{MaxBody: 1 << 10})
-		_, err := small.RoundTrip(testCtx(t), bigReply.addr, newRequest("small"))
-		wantStatus(t, err, protocol.StatusChannelInactive, false, false)
-		if !errors.Is(err, protocol.ErrBodyTooLarge) {
-			t.Errorf("err = %v, want it to wrap protocol.ErrBodyTooLarge", err)
+		// The server allows what the client refuses: the client drops the
+		// body and fails that call alone with a local 50.
+		pe := oneOversized(t, bigReply(t, ServerConfig{}), 1<<10, protocol.StatusBadResponse, false)
+		if !errors.Is(pe, protocol.ErrBodyTooLarge) {
+			t.Errorf("err = %v, want it to wrap protocol.ErrBodyTooLarge", pe)
+		}
+	})
+
+	t.Run("response over the server limit", func(t *testing.T) {
+		// The server never sends an answer over its own limit: it
+		// answers 50 instead.
+		pe := oneOversized(t, bigReply(t, ServerConfig{MaxBody: 2 << 10}), 0, protocol.StatusBadResponse, true)
+		if !strings.Contains(pe.Msg, "over the server's MaxBody") {
+			t.Errorf("status 50 says %q, want it to say why", pe.Msg)
 		}
 	})
 }

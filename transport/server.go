@@ -64,8 +64,10 @@ type ServerConfig struct {
 	MaxConcurrent int
 	// MaxBody limits a request's body. A larger request is read and
 	// dropped and answered with status 40 (the connection stays), unless
-	// it claims more than 64 MiB, which closes the connection. Default
-	// protocol.DefaultMaxBody.
+	// it claims more than 64 MiB, which closes the connection. It bounds
+	// responses too: a handler's answer over it is replaced by status 50
+	// (bad response) saying so, as Apache Dubbo's payload limit does.
+	// Default protocol.DefaultMaxBody.
 	MaxBody uint32
 	// HeartbeatInterval: a connection that read nothing for this long
 	// sends a heartbeat; one silent for 3 intervals is closed.
@@ -720,11 +722,6 @@ func (sc *serverConn) serve() {
 	}
 }
 
-// maxSkipped is the largest body over MaxBody the server reads and drops
-// to answer its request with status 40; a frame claiming more closes the
-// connection.
-const maxSkipped = 64 << 20
-
 // skipBody drops the body of a frame whose header said it was larger than
 // MaxBody and answers a two-way request with status 40, keeping the
 // connection: the other calls on it, and the instance's standing with its
@@ -997,6 +994,15 @@ func (call *serverCall) finish() {
 		}
 		resp.Header.Init(protocol.MakeFlags(0, req.Header.Flags().Serialization()), status, req.Header.ID())
 		resp.Service, resp.Method, resp.Timeout = "", "", 0
+		if n := protocol.BodyLen(resp); uint64(n) > uint64(s.cfg.MaxBody) {
+			// The client would drop it, or with an older or smaller
+			// limit close the connection under every call on it.
+			s.log.Warn("transport: response over MaxBody; answering 50 instead",
+				"service", req.Service, "method", req.Method, "bytes", n, "max_body", s.cfg.MaxBody)
+			resp.Header.SetStatus(protocol.StatusBadResponse)
+			resp.Attachments, resp.IdempotencyKey = nil, ""
+			resp.Payload = fmt.Appendf(resp.Payload[:0], "response of %d bytes is over the server's MaxBody (%d)", n, s.cfg.MaxBody)
+		}
 		_, _ = sc.w.writeMessage(resp, limit{})
 	}
 	s.release()
