@@ -138,11 +138,15 @@ func (l smallBuffers) Accept() (net.Conn, error) {
 // A large frame over a slow link takes ~7 heartbeat intervals; the side
 // reading it has nothing to send meanwhile. The socket buffers hold a
 // small part of it (but more than loopback's 64 KiB segment, which a
-// smaller window would hold back).
+// smaller window would hold back). What they hold once the writer's last
+// write returned (Linux doubles the sizes set: ~512 KiB for the two) must
+// be read well within the three intervals a peer has to answer a
+// heartbeat; at 256 KiB each it took about two, and the test failed now
+// and then under load.
 const (
 	slowLinkInterval = 150 * time.Millisecond
 	slowLinkSize     = 4 << 20
-	linkBuffer       = 256 << 10
+	linkBuffer       = 128 << 10
 )
 
 // slowLinkPool dials with small socket buffers, reading through slowConn
