@@ -320,6 +320,32 @@ func TestServeWhileRegistryDown(t *testing.T) {
 	shutdownWithdraws(t, s, reg, done)
 }
 
+// TestServeBeforePublishingWithoutCheck: with WithRegistryCheck(false) a
+// server answers calls while its first publishing attempt is still
+// waiting for the registry (which may take the registry's whole timeout).
+func TestServeBeforePublishingWithoutCheck(t *testing.T) {
+	reg := newGatedRegistry("register")
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithRegistryCheck(false), dabb.WithLogger(quiet))
+	defer s.Close()
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	addr, done := serveGated(t, s)
+	awaitEntered(t, reg, "register "+probeDesc.Name)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := call(ctx, newClient(t, addr), "echo"); err != nil {
+		t.Fatalf("a call while the first publishing attempt waits: %v", err)
+	}
+	close(reg.hold)
+	select {
+	case <-reg.registered:
+	case <-time.After(testTimeout):
+		t.Fatal("not published once the registry answered")
+	}
+	shutdownWithdraws(t, s, reg, done)
+}
+
 // shutdownWithdraws shuts s down and checks that nothing stays published
 // in reg and that Serve (its result on done) returned ErrServerClosed.
 func shutdownWithdraws(t *testing.T, s *dabb.Server, reg *gatedRegistry, done <-chan error) {

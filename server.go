@@ -78,10 +78,14 @@ func WithAdvertiseAddr(addr string) Option { return func(o *options) { o.adverti
 // WithRegistryCheck sets what Serve does when the registry cannot be
 // reached (an error wrapping registry.ErrUnavailable, or the registry
 // timeout) as it publishes, like Dubbo's registry check. With true, the
-// default, Serve fails: a server nobody can find says so at start. With
-// false, Serve serves anyway and keeps publishing in the background, with
-// backoff, until it succeeds or the server stops, so a server restarted
-// during a registry outage appears once the registry is back.
+// default, Serve publishes before it accepts, and fails if it cannot: a
+// server nobody can find says so at start. With false, Serve accepts at
+// once and publishes in the background, retrying with backoff while the
+// registry cannot be reached, until it succeeds or the server stops, so a
+// server restarted during a registry outage serves whoever knows its
+// address and appears once the registry is back. Other publishing errors
+// (the registry refuses the instance) are logged, and the server serves
+// unpublished.
 func WithRegistryCheck(check bool) Option { return func(o *options) { o.lazy = !check } }
 
 // WithInstance sets the weight and metadata published with each instance.
@@ -205,9 +209,8 @@ func (s *Server) swapServices(edit func(map[string]*service) error) error {
 // Serve accepts connections on l and serves them until Shutdown or Close,
 // when it returns ErrServerClosed. With a registry, it first publishes every
 // registered service at the advertised address; if that fails it closes l
-// and returns the error, unless the registry could not be reached and
-// WithRegistryCheck(false) was given: then it serves and keeps publishing
-// in the background. If l fails on its
+// and returns the error. With WithRegistryCheck(false) it serves at once
+// and publishes in the background instead. If l fails on its
 // own (closed by someone else), Serve withdraws what it published before
 // it returns the error, so clients stop choosing an address nobody
 // answers at.
@@ -218,14 +221,16 @@ func (s *Server) Serve(l net.Listener) error {
 		return err
 	}
 	var later *republisher
-	if adv != "" {
+	switch {
+	case adv == "":
+	case s.opts.lazy:
+		// Serve at once: the first attempt may take the registry's
+		// whole timeout.
+		later = s.republish(adv)
+	default:
 		if err := s.publishAt(s.pubCtx, adv); err != nil {
-			if !s.opts.lazy || !unreachable(err) || s.pubCtx.Err() != nil {
-				l.Close()
-				return err
-			}
-			s.log.Warn("dabb: registry unreachable; serving, and publishing in the background", "addr", adv, "err", err)
-			later = s.republish(adv)
+			l.Close()
+			return err
 		}
 	}
 	err = s.ts.Serve(l)
@@ -258,33 +263,38 @@ const (
 	republishMax = 30 * time.Second
 )
 
-// republish starts publishing adv in the background, with jittered
-// backoff, until it succeeds, fails for another reason than an
-// unreachable registry, or stop (or the withdrawal) ends it.
+// republish publishes adv in the background (WithRegistryCheck(false)): at
+// once, then with jittered backoff while the registry cannot be reached,
+// until it succeeds, fails for another reason, or stop (or the withdrawal)
+// ends it.
 func (s *Server) republish(adv string) *republisher {
 	ctx, cancel := context.WithCancel(s.pubCtx)
 	r := &republisher{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		delay := republishMin
-		for {
-			t := time.NewTimer(delay/2 + rand.N(delay/2+1))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
+		for attempt := 1; ; attempt++ {
 			err := s.publishAt(ctx, adv)
 			switch {
 			case err == nil:
-				s.log.Info("dabb: published once the registry answered", "addr", adv)
+				if attempt > 1 {
+					s.log.Info("dabb: published once the registry answered", "addr", adv)
+				}
 				return
 			case ctx.Err() != nil:
 				return
 			case !unreachable(err):
 				s.log.Error("dabb: publishing failed; serving unpublished", "addr", adv, "err", err)
 				return
+			case attempt == 1:
+				s.log.Warn("dabb: registry unreachable; serving, and publishing in the background", "addr", adv, "err", err)
+			}
+			t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
 			}
 			delay = min(2*delay, republishMax)
 		}
