@@ -55,8 +55,10 @@ type CacheConfig struct {
 	SnapshotPath string
 	// InitialTimeout bounds how long the first lookup of a service waits
 	// for the registry before it falls back to the snapshot; default
-	// 500 ms. Keep it well below the call timeout (1 s by default): the
-	// first call of a service spends this wait from its own budget.
+	// 500 ms. A caller with less time left tries the snapshot after half
+	// of it. When neither answers, the lookup fails with ErrUnavailable,
+	// and so do later lookups of the service, at once, until the registry
+	// lists it (the cache keeps trying meanwhile).
 	InitialTimeout time.Duration
 	// MinRetryDelay and MaxRetryDelay bound the backoff between watch
 	// attempts while the registry is unreachable; defaults 100 ms, 10 s.
@@ -103,6 +105,10 @@ type cacheEntry struct {
 	mu         sync.Mutex // guards following and writes of state
 	lastErr    error
 	refused    bool // the registry refused the service: lastErr wraps ErrInvalid; the watch has ended
+	// gaveUp is the error of a first lookup that waited InitialTimeout
+	// for the registry in vain, with no snapshot to fall back on: later
+	// lookups fail at once with it until the registry lists the service.
+	gaveUp error
 	failLogged bool
 	subs       map[*subscription]struct{}
 	watcher    Watcher // the registry watcher being followed, if any; Close stops it
@@ -149,8 +155,9 @@ func NewCache(r Registry, cfg CacheConfig) *Cache {
 
 // Instances returns the instances of service, sorted by ID. The first call
 // for a service waits for the registry (bounded by ctx and InitialTimeout,
-// then the snapshot file is tried); later calls read memory only and do
-// not allocate. The returned slice is shared: do not modify it.
+// then the snapshot file is tried; see CacheConfig.InitialTimeout); later
+// calls read memory only and do not allocate. The returned slice is
+// shared: do not modify it.
 //
 // The result may be stale (the registry is unreachable) or suspect (kept
 // despite an empty push); see Stale and Suspect. It is empty, with a nil
@@ -177,16 +184,71 @@ func (c *Cache) slowInstances(ctx context.Context, service string) ([]Instance, 
 	if err := ValidateService(service); err != nil {
 		return nil, fmt.Errorf("registry: cache: %w", err)
 	}
-	ch := c.group.DoChan(service, func() (any, error) { return c.load(service) })
-	select {
-	case res := <-ch:
-		if res.Err != nil {
-			return nil, res.Err
-		}
-		return res.Val.([]Instance), nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("registry: cache: looking up %s: %w", service, ctx.Err())
+	if err := c.gaveUp(service); err != nil {
+		return nil, err
 	}
+	ch := c.group.DoChan(service, func() (any, error) { return c.load(service) })
+	// A caller whose deadline is nearer than InitialTimeout tries the
+	// snapshot after half of what it has left, so that a process started
+	// during an outage can make calls with short timeouts.
+	var early <-chan time.Time
+	if d, ok := ctx.Deadline(); ok && c.cfg.SnapshotPath != "" {
+		if wait := time.Until(d) / 2; wait < c.cfg.InitialTimeout {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			early = t.C
+		}
+	}
+	for {
+		select {
+		case res := <-ch:
+			if res.Err != nil {
+				return nil, res.Err
+			}
+			return res.Val.([]Instance), nil
+		case <-early:
+			early = nil
+			if ins, ok := c.snapshotNow(service); ok {
+				return ins, nil
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("registry: cache: looking up %s: %w", service, ctx.Err())
+		}
+	}
+}
+
+// gaveUp returns the error of an earlier lookup of service that found the
+// registry unreachable and no snapshot, while the registry still has not
+// listed it (the watch goes on retrying meanwhile).
+func (c *Cache) gaveUp(service string) error {
+	c.mu.RLock()
+	e := c.entries[service]
+	c.mu.RUnlock()
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.state.Load() != nil {
+		return nil
+	}
+	return e.gaveUp
+}
+
+// snapshotNow falls back to the snapshot for a lookup in progress (load
+// has created the entry) whose caller cannot wait for InitialTimeout.
+func (c *Cache) snapshotNow(service string) ([]Instance, bool) {
+	if !c.work.enter() {
+		return nil, false
+	}
+	defer c.work.exit()
+	c.mu.RLock()
+	e := c.entries[service]
+	c.mu.RUnlock()
+	if e == nil {
+		return nil, false
+	}
+	return c.fromSnapshot(e)
 }
 
 // load waits for the first list of a service, falling back to the
@@ -234,12 +296,16 @@ func (c *Cache) load(service string) ([]Instance, error) {
 		return ins, nil
 	}
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if st := e.state.Load(); st != nil {
+		return st.instances, nil // the registry answered just now
+	}
 	lastErr := e.lastErr
-	e.mu.Unlock()
 	if lastErr == nil {
 		lastErr = fmt.Errorf("no answer within %v", c.cfg.InitialTimeout)
 	}
-	return nil, fmt.Errorf("registry: cache: no instances of %s known: %w (%w) and no snapshot holds them", service, ErrUnavailable, lastErr)
+	e.gaveUp = fmt.Errorf("registry: cache: no instances of %s known: %w (%w) and no snapshot holds them", service, ErrUnavailable, lastErr)
+	return nil, e.gaveUp
 }
 
 // refusal returns the error of a registry that refused the service, for

@@ -855,3 +855,65 @@ func TestCacheCloseFromFirstCallWhileWatchDelivers(t *testing.T) {
 		t.Fatalf("subscriber called %d times, want once (the newer list is dropped at Close)", n)
 	}
 }
+
+// hangingRegistry never answers a Watch until its context ends: a
+// registry whose client keeps trying to connect (etcd's dials, say)
+// rather than failing at once.
+type hangingRegistry struct{ registry.Registry }
+
+func (hangingRegistry) Watch(ctx context.Context, _ string) (registry.Watcher, error) {
+	<-ctx.Done()
+	return nil, fmt.Errorf("hanging: %w", registry.ErrUnavailable)
+}
+
+// TestCacheSnapshotForShortDeadline: a first lookup whose caller has less
+// time than InitialTimeout falls back to the snapshot after half of it,
+// rather than spending it all waiting for a registry that does not answer
+// (a process started during an outage, calling methods with short
+// timeouts).
+func TestCacheSnapshotForShortDeadline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "registry.json")
+	st := static.New(inst("a.A", "1"))
+	defer st.Close()
+	c1 := newCache(t, st, registry.CacheConfig{SnapshotPath: path})
+	lookup(t, c1, "a.A")
+	c1.Close()
+
+	c2 := newCache(t, hangingRegistry{st}, registry.CacheConfig{SnapshotPath: path, InitialTimeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	ins, err := c2.Instances(ctx, "a.A")
+	if err != nil {
+		t.Fatalf("a lookup with 200ms left, the registry hanging and a snapshot at hand = %v", err)
+	}
+	if idsOf(ins) != "1" || !c2.Stale("a.A") {
+		t.Fatalf("Instances = [%s] (stale %v), want the snapshot's [1], stale", idsOf(ins), c2.Stale("a.A"))
+	}
+}
+
+// TestCacheFailsFastOnceItGaveUp: once a lookup has waited InitialTimeout
+// in vain (registry down, no snapshot), later lookups of the service fail
+// at once with the same error, instead of each waiting again (or running
+// out of their own time with another error); once the registry answers,
+// lookups succeed.
+func TestCacheFailsFastOnceItGaveUp(t *testing.T) {
+	st := static.New(inst("a.A", "1"))
+	defer st.Close()
+	f := newFault(st)
+	f.setDown(true)
+	c := newCache(t, f, registry.CacheConfig{InitialTimeout: 100 * time.Millisecond})
+	if _, err := c.Instances(context.Background(), "a.A"); !errors.Is(err, registry.ErrUnavailable) {
+		t.Fatalf("first lookup with the registry down = %v, want ErrUnavailable", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond) // shorter than InitialTimeout
+	defer cancel()
+	_, err := c.Instances(ctx, "a.A")
+	if !errors.Is(err, registry.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second lookup = %v, want ErrUnavailable at once", err)
+	}
+	f.setDown(false)
+	eventually(t, "a lookup to succeed once the registry is back", func() bool {
+		ins, err := c.Instances(context.Background(), "a.A")
+		return err == nil && idsOf(ins) == "1"
+	})
+}
