@@ -98,10 +98,15 @@ func Idempotent() CallOption { return idempotentOption{} }
 
 type timeoutOption time.Duration
 
-func (t timeoutOption) apply(c *Call) { c.Timeout = time.Duration(t) }
+func (t timeoutOption) apply(c *Call) {
+	if t > 0 {
+		c.Timeout = time.Duration(t)
+	}
+}
 
 // Timeout sets the call's timeout. The context's deadline still wins when
-// it is earlier.
+// it is earlier. A d of zero or less is ignored (it does not mean "no
+// timeout": every call has one).
 func Timeout(d time.Duration) CallOption { return timeoutOption(d) }
 
 type attachmentOption struct{ key, value string }

@@ -79,12 +79,22 @@ type methodKey struct{ service, method string }
 func WithCodec(name string) Option { return func(o *options) { o.codec = name } }
 
 // WithTimeout sets the timeout of calls whose method sets none (default 1 s).
-func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+// A d of zero or less is ignored: every call has a timeout.
+func WithTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.timeout = d
+		}
+	}
+}
 
 // WithMethodTimeout overrides one method's timeout, whatever its interface
-// directive says.
+// directive says. A d of zero or less is ignored.
 func WithMethodTimeout(service, method string, d time.Duration) Option {
 	return func(o *options) {
+		if d <= 0 {
+			return
+		}
 		if o.methods == nil {
 			o.methods = map[methodKey]time.Duration{}
 		}

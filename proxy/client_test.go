@@ -151,6 +151,12 @@ func TestTimeoutPrecedence(t *testing.T) {
 			perCall: []proxy.CallOption{proxy.Timeout(400 * time.Millisecond)}, want: 400 * time.Millisecond},
 		{name: "earlier ctx deadline wins", ctxDl: 150 * time.Millisecond, want: 150 * time.Millisecond},
 		{name: "later ctx deadline loses", ctxDl: 5 * time.Second, static: []proxy.CallOption{proxy.Timeout(250 * time.Millisecond)}, want: 250 * time.Millisecond},
+		{name: "zero or negative timeouts are ignored",
+			opts: []proxy.Option{proxy.WithTimeout(700 * time.Millisecond), proxy.WithTimeout(0),
+				proxy.WithMethodTimeout(service, "M", 300*time.Millisecond), proxy.WithMethodTimeout(service, "M", -1)},
+			static:  []proxy.CallOption{proxy.Timeout(0)},
+			perCall: []proxy.CallOption{proxy.Timeout(-time.Second)}, want: 300 * time.Millisecond},
+		{name: "zero client timeout keeps the default", opts: []proxy.Option{proxy.WithTimeout(0)}, want: proxy.DefaultTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
