@@ -267,7 +267,8 @@ func (c *Client) Invoke(ctx context.Context, service, method string, req, resp a
 		err = &protocol.Error{Status: protocol.StatusClientError, Msg: "client closed",
 			Err: fmt.Errorf("%w: %w", transport.ErrNotSent, protocol.ErrCanceled)}
 	case c.codecEr != nil:
-		err = &protocol.Error{Status: protocol.StatusClientError, Msg: "codec " + c.opts.codec, Err: c.codecEr}
+		err = &protocol.Error{Status: protocol.StatusClientError, Msg: "codec " + c.opts.codec,
+			Err: fmt.Errorf("%w: %w", transport.ErrNotSent, c.codecEr)}
 	default:
 		err = c.invoke(ctx, call)
 	}

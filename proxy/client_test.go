@@ -324,8 +324,8 @@ func TestUnavailable(t *testing.T) {
 	t.Run("unknown codec", func(t *testing.T) {
 		c := client(t, []string{deadAddr(t)}, proxy.WithCodec("nope"))
 		_, err := invoke(ctx, c)
-		if !errors.Is(err, proxy.ErrBadRequest) || !strings.Contains(err.Error(), `"nope"`) {
-			t.Fatalf("got %v, want a client error naming the codec", err)
+		if !errors.Is(err, proxy.ErrBadRequest) || !errors.Is(err, proxy.ErrNotSent) || !strings.Contains(err.Error(), `"nope"`) {
+			t.Fatalf("got %v, want a client error, not sent, naming the codec", err)
 		}
 	})
 }
