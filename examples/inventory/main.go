@@ -224,7 +224,7 @@ func runDemo(ctx context.Context, w io.Writer, cfg config) error {
 	}
 	after := snapshot(ins)
 	if len(ins) > 1 {
-		fmt.Fprintf(w, "halfway through the %d requests, %s shut down gracefully (withdrawn from the registry, then drained)\n", 2*cfg.calls, victim.addr)
+		fmt.Fprintf(w, "halfway through the workload, %s shut down gracefully (withdrawn from the registry, then drained)\n", victim.addr)
 	}
 
 	fmt.Fprintln(w)
@@ -233,7 +233,7 @@ func runDemo(ctx context.Context, w io.Writer, cfg config) error {
 	for _, in := range ins {
 		note := ""
 		if in == victim && len(ins) > 1 {
-			note = "  (shut down: those that were already on their way)"
+			note = "  (shutting down: calls sent before the client learned it)"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", in.addr, before[in.addr], after[in.addr]-before[in.addr], note)
 	}
