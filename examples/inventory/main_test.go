@@ -32,7 +32,7 @@ func TestDemo(t *testing.T) {
 		"registry: embedded etcd at 127.0.0.1:",
 		"instances: 3 published as inventory.Inventory",
 		"shut down gracefully",
-		"(shut down:",
+		"(shutting down: calls sent before the client learned it)",
 		"0 failed",
 		"stock consistent, no failed calls",
 	} {
