@@ -102,13 +102,13 @@ type cacheEntry struct {
 	ready   chan struct{}              // closed when state is first set
 	failed  chan struct{}              // closed at the first watch failure
 
-	mu         sync.Mutex // guards following and writes of state
-	lastErr    error
-	refused    bool // the registry refused the service: lastErr wraps ErrInvalid; the watch has ended
+	mu      sync.Mutex // guards following and writes of state
+	lastErr error
+	refused bool // the registry refused the service: lastErr wraps ErrInvalid; the watch has ended
 	// gaveUp is the error of a first lookup that waited InitialTimeout
 	// for the registry in vain, with no snapshot to fall back on: later
 	// lookups fail at once with it until the registry lists the service.
-	gaveUp error
+	gaveUp     error
 	failLogged bool
 	subs       map[*subscription]struct{}
 	watcher    Watcher // the registry watcher being followed, if any; Close stops it
