@@ -82,30 +82,36 @@ func (r *Registry) queueRepairLocked(p string) {
 	}
 }
 
-// arm sets the exists watch on p, which was just written, unless one is
-// already set in the current session. It reports whether p exists. It is
-// called in the write slot.
-func (r *Registry) arm(conn *zk.Conn, p string) (bool, error) {
+// arm sets the data watch on p, which was just written with want, unless
+// one is already set in the current session (a change fires that one). It
+// reports whether p exists and holds want: a write of someone else's
+// between ours and the watch would otherwise go unseen. When it does not,
+// the watch is set (p exists, holding other data) or not (p is gone), and
+// the caller looks again. It is called in the write slot.
+func (r *Registry) arm(conn *zk.Conn, p string, want []byte) (bool, error) {
 	session := conn.SessionID()
 	r.mu.Lock()
 	if on, ok := r.armed[p]; ok && on == session {
 		r.mu.Unlock()
-		return true, nil // a deletion fires that watch
+		return true, nil
 	}
-	// Recorded before the request: the watch may fire before ExistsW
+	// Recorded before the request: the watch may fire before GetW
 	// returns, and onNodeEvent must know it.
 	r.armed[p] = session
 	r.mu.Unlock()
-	exists, _, _, err := conn.ExistsW(p)
+	data, _, _, err := conn.GetW(p)
 	if err != nil {
 		r.mu.Lock()
 		if on, ok := r.armed[p]; ok && on == session {
 			delete(r.armed, p) // no watch was set
 		}
 		r.mu.Unlock()
+		if errors.Is(err, zk.ErrNoNode) {
+			return false, nil
+		}
 		return false, fmt.Errorf("watch %s: %w", p, err)
 	}
-	return exists, nil
+	return bytes.Equal(data, want), nil
 }
 
 // guard re-creates the nodes onNodeEvent queues, retrying a failure a
@@ -213,6 +219,7 @@ func (r *Registry) repair(conn *zk.Conn, p string) error {
 	session := conn.SessionID()
 	for range maxAttempts {
 		ok, stat, err := conn.Exists(p)
+		theirs := false
 		switch {
 		case err != nil:
 			return fmt.Errorf("look at %s: %w", p, err)
@@ -234,6 +241,7 @@ func (r *Registry) repair(conn *zk.Conn, p string) error {
 		case stat.EphemeralOwner != session:
 			r.log.Warn("instance node is held by another session; not replacing it", "path", p,
 				"owner", sessionHex(stat.EphemeralOwner), "session", sessionHex(session))
+			theirs = true
 		default:
 			// Ours: put our data back if someone changed it (zkCli's
 			// set), since clients read the instance from it.
@@ -245,14 +253,24 @@ func (r *Registry) repair(conn *zk.Conn, p string) error {
 				continue // deleted or changed again meanwhile: look again
 			}
 		}
-		exists, err := r.arm(conn, p)
+		if theirs {
+			// Another session's node: watched, not ours to check.
+			if _, err := r.arm(conn, p, nil); err != nil {
+				return err
+			}
+			return nil
+		}
+		if r.armHook != nil {
+			r.armHook(p)
+		}
+		intact, err := r.arm(conn, p, data)
 		if err != nil {
 			return err
 		}
-		if exists {
+		if intact {
 			return nil
 		}
-		// Deleted again before the watch was set: once more.
+		// Deleted or changed again before the watch was set: once more.
 	}
-	return fmt.Errorf("%s deleted %d times while being re-created", p, maxAttempts)
+	return fmt.Errorf("%s deleted or changed %d times while being re-created", p, maxAttempts)
 }

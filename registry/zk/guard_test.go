@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"sync"
 	"testing"
 	"time"
 
@@ -353,5 +354,56 @@ func TestRestoresChangedData(t *testing.T) {
 		}
 		deadline.Stop()
 		t.Logf("change %d: restored within %v", i+1, time.Since(start))
+	}
+}
+
+// TestRestoresDataChangedBeforeTheWatch: data changed again between the
+// guard's restore and its new watch is restored too (the watch was set on
+// the changed node and never fired: the node kept the stranger's data).
+func TestRestoresDataChangedBeforeTheWatch(t *testing.T) {
+	srv := zktest.Shared(t)
+	raw := rawConn(t, srv.Addr())
+	r := shared(t)
+	in := inst(serviceFor(t), "20012")
+	p := r.NodePath(in.Service, in.ID)
+	var once sync.Once
+	changed := make(chan struct{})
+	r.armHook = func(hp string) {
+		if hp == p {
+			once.Do(func() {
+				if _, err := raw.Set(p, []byte(`{"second":true}`), -1); err != nil {
+					t.Errorf("Set before the watch: %v", err)
+				}
+				close(changed)
+			})
+		}
+	}
+	if err := r.Register(ctxFor(t, 5*time.Second), in); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Set(p, []byte(`{"first":true}`), -1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the guard did not restore the node after the first change")
+	}
+	deadline := time.NewTimer(2 * time.Second)
+	defer deadline.Stop()
+	for {
+		data, st, ch, err := raw.GetW(p)
+		if err != nil {
+			t.Fatalf("GetW %s: %v", p, err)
+		}
+		if !bytes.HasPrefix(data, []byte(`{"first"`)) && !bytes.HasPrefix(data, []byte(`{"second"`)) {
+			checkOurs(t, r, in, data, st, "changed twice, the second time before the watch")
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("%s still holds %s 2s after it was changed twice", p, data)
+		}
 	}
 }

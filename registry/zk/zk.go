@@ -138,6 +138,9 @@ type Registry struct {
 	// requests outliving their caller's context. Close waits for them.
 	wg sync.WaitGroup
 
+	// armHook, when set (by tests), is called by the guard's repair
+	// between putting a node right and watching it.
+	armHook func(p string)
 	// sessionHook, when set (by tests), is called by the keeper after it
 	// has brought every owned node onto a session.
 	sessionHook func(sessionID int64)
@@ -246,10 +249,10 @@ func (r *Registry) Register(ctx context.Context, in registry.Instance) error {
 		r.mu.Unlock()
 		// The node is ours now; when it cannot be watched or is gone
 		// already, the guard sees to it.
-		if exists, err := r.arm(conn, p); err != nil {
+		if intact, err := r.arm(conn, p, data); err != nil {
 			r.log.Warn("register: watching the node failed; retrying", "path", p, "err", err)
 			r.queueRepair(p)
-		} else if !exists {
+		} else if !intact {
 			r.queueRepair(p)
 		}
 		return nil
@@ -709,16 +712,16 @@ func (r *Registry) reconcile(conn *zk.Conn) (int64, error) {
 		if err == nil {
 			err = r.ensure(conn, p, data, false)
 		}
-		var exists bool
+		var intact bool
 		if err == nil {
-			exists, err = r.arm(conn, p)
+			intact, err = r.arm(conn, p, data)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))
 			continue
 		}
-		if !exists {
-			r.queueRepair(p) // deleted again already
+		if !intact {
+			r.queueRepair(p) // deleted or changed again already
 		}
 	}
 	for _, p := range orphans {
