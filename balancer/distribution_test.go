@@ -498,3 +498,31 @@ func TestConsistentHashWeightsAreShares(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundRobinRetryKeepsTheRotation: a retry or a hedge (PickExcept)
+// does not take the next call's slot. With two instances, calls that each
+// make a second attempt used to start on the same instance every time.
+func TestRoundRobinRetryKeepsTheRotation(t *testing.T) {
+	b := newSeeded(t, RoundRobin, Config{}, 3, &clock{})
+	b.Update(list(2))
+	first := map[string]int{}
+	for range 10 {
+		in, done, err := b.Pick(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done(time.Millisecond, nil)
+		first[in.ID]++
+		other, done2, err := b.PickExcept(context.Background(), "", []string{in.Addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done2(time.Millisecond, nil)
+		if other.ID == in.ID {
+			t.Fatalf("PickExcept chose the excluded %s", in.ID)
+		}
+	}
+	if first["i0"] != 5 || first["i1"] != 5 {
+		t.Fatalf("first attempts went %v, want 5 and 5", first)
+	}
+}

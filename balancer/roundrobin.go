@@ -28,9 +28,10 @@ const (
 type roundRobin struct {
 	seq []int32 // one cycle; nil when picks take the mutex path
 
-	_    [64]byte // keep the cursor off the read-only fields' cache line
-	next atomic.Uint64
-	_    [56]byte
+	_     [64]byte // keep the cursors off the read-only fields' cache line
+	next  atomic.Uint64
+	retry atomic.Uint64 // retries' and hedges' cursor (PickExcept)
+	_     [48]byte
 
 	mu  sync.Mutex
 	cur []int64 // current weights, mutex path
@@ -59,6 +60,7 @@ func (rr *roundRobin) init(weights []uint64, rnd func() uint64) {
 			rr.seq[t] = int32(t)
 		}
 		rr.next.Store(rnd() % cycle)
+		rr.retry.Store(rnd() % cycle)
 		return
 	}
 	cur := make([]int64, n)
@@ -76,6 +78,7 @@ func (rr *roundRobin) init(weights []uint64, rnd func() uint64) {
 	// Start at a random slot so that clients updated at the same moment
 	// do not all begin with the same instance.
 	rr.next.Store(rnd() % cycle)
+	rr.retry.Store(rnd() % cycle)
 }
 
 func gcd(a, b uint64) uint64 {
@@ -87,14 +90,22 @@ func gcd(a, b uint64) uint64 {
 
 // pickRoundRobin takes the next slot of the cycle. A skipped instance's
 // slot is consumed, so the usable instances keep their relative shares.
+// A retry or a hedge (tried not empty) takes its slots from a cursor of
+// its own: from the first attempts' cursor it would take the next call's
+// slot, and with two instances every first attempt would go to the same
+// one.
 func (p *picker) pickRoundRobin(tried []string) (int, error) {
 	rr := &p.rr
 	if rr.seq == nil {
 		return p.pickSmooth(tried)
 	}
 	n := uint64(len(rr.seq))
+	cursor := &rr.next
+	if len(tried) > 0 {
+		cursor = &rr.retry
+	}
 	for range min(n, rrTries) {
-		k := rr.next.Add(1) - 1
+		k := cursor.Add(1) - 1
 		if i := int(rr.seq[k%n]); p.usable(i, tried) {
 			return i, nil
 		}
