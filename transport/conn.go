@@ -254,15 +254,7 @@ func (c *clientConn) skipResponse(br *bufio.Reader, m *protocol.Message, tooLarg
 	if _, err := br.Discard(int(n)); err != nil {
 		return false
 	}
-	id := m.Header.ID()
-	c.mu.Lock()
-	cl, ok := c.pending[id]
-	drained := false
-	if ok {
-		delete(c.pending, id)
-		drained = c.drainedLocked()
-	}
-	c.mu.Unlock()
+	cl, ok, drained := c.take(m.Header.ID())
 	c.ep.p.log.Warn("transport: response body over MaxBody; dropped it", "addr", c.ep.addr, "err", tooLarge)
 	if ok {
 		cl.err = &protocol.Error{Status: protocol.StatusBadResponse,
@@ -273,6 +265,18 @@ func (c *clientConn) skipResponse(br *bufio.Reader, m *protocol.Message, tooLarg
 		c.closeDrained()
 	}
 	return true
+}
+
+// take removes the pending call of a response's id, if its caller still
+// waits; drained reports that the connection, read-only, has no call left.
+func (c *clientConn) take(id uint64) (cl *call, ok, drained bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl, ok = c.pending[id]; ok {
+		delete(c.pending, id)
+		drained = c.drainedLocked()
+	}
+	return cl, ok, drained
 }
 
 // pendingLen returns the size of the pending table (for tests).
@@ -309,15 +313,7 @@ func (c *clientConn) readLoop() {
 			putMessage(m) // a client serves nothing but events
 			continue
 		}
-		id := m.Header.ID()
-		c.mu.Lock()
-		cl, ok := c.pending[id]
-		drained := false
-		if ok {
-			delete(c.pending, id)
-			drained = c.drainedLocked()
-		}
-		c.mu.Unlock()
+		cl, ok, drained := c.take(m.Header.ID())
 		if !ok {
 			putMessage(m) // its caller gave up: discard the late response
 			continue

@@ -547,27 +547,33 @@ func TestPoolClose(t *testing.T) {
 	}
 }
 
-// rawServer accepts one connection and hands it to the test.
+// rawServer accepts connections and hands them to the test, reading
+// nothing from them itself (a peer that stopped reading, until the test
+// reads); those the test leaves are closed when it ends.
 func rawServer(t *testing.T) (addr string, conns <-chan net.Conn) {
 	t.Helper()
 	l := listen(t)
-	ch := make(chan net.Conn, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c, err := l.Accept()
-		if err != nil {
-			return
+	ch := make(chan net.Conn, 8)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			ch <- c
 		}
-		ch <- c
-	}()
+	})
 	t.Cleanup(func() {
 		_ = l.Close()
-		<-done
-		select {
-		case c := <-ch:
-			_ = c.Close()
-		default:
+		wg.Wait()
+		for {
+			select {
+			case c := <-ch:
+				_ = c.Close()
+			default:
+				return
+			}
 		}
 	})
 	return l.Addr().String(), ch

@@ -6,44 +6,11 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dabbrpc/dabb/protocol"
 )
-
-// frozenServer accepts connections and reads nothing from them (a process
-// stopped with SIGSTOP, a peer behind a partition) until the test reads
-// them itself; they arrive on the channel.
-func frozenServer(t *testing.T) (addr string, conns <-chan net.Conn) {
-	t.Helper()
-	l := listen(t)
-	ch := make(chan net.Conn, 8)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			ch <- c
-		}
-	})
-	t.Cleanup(func() {
-		_ = l.Close()
-		wg.Wait()
-		for {
-			select {
-			case c := <-ch:
-				_ = c.Close()
-			default:
-				return
-			}
-		}
-	})
-	return l.Addr().String(), ch
-}
 
 // readRequests reads frames from c until it has seen n requests, skipping
 // events, and checks that each request's payload is want: a frame whose
@@ -73,7 +40,7 @@ func readRequests(t *testing.T, c net.Conn, n int, want []byte) {
 // wait there until the stall detection closed the connection, minutes
 // later); the frames still arrive whole once the peer reads again.
 func TestSmallCallsEndWhenThePeerStopsReading(t *testing.T) {
-	addr, conns := frozenServer(t)
+	addr, conns := rawServer(t)
 	p := newPool(t, Config{ConnsPerAddr: 1})
 	payload := bytes.Repeat([]byte{'s'}, 40<<10) // small, but 200 of them overflow the socket buffers
 	const calls, budget = 200, 200 * time.Millisecond
@@ -107,7 +74,7 @@ func TestSmallCallsEndWhenThePeerStopsReading(t *testing.T) {
 // its turn behind it ends with its context (90, never sent). The first
 // frame is finished in the background and arrives whole.
 func TestLargeCallEndsWhenThePeerStopsReading(t *testing.T) {
-	addr, conns := frozenServer(t)
+	addr, conns := rawServer(t)
 	// More than the socket buffers of both sides hold (a few MiB on
 	// loopback), so the first frame cannot be finished while the peer
 	// reads nothing.
