@@ -411,7 +411,10 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 	}
 	queued, err := c.write(ctx, req, remaining)
 	if err != nil {
-		c.abandon(id, cl, false)
+		// A frame cut off by the caller's time is still finished, so the
+		// server will run it: tell it the caller has gone.
+		gaveUp := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+		c.abandon(id, cl, queued && gaveUp)
 		callPool.Put(cl)
 		return nil, c.writeError(queued, err)
 	}

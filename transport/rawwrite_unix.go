@@ -16,7 +16,7 @@ import (
 // would park the goroutine. The fields are the flusher's: one goroutine
 // at a time uses them.
 type rawWriter struct {
-	rc    syscall.RawConn // nil: the connection is not a socket (a test's wrapper)
+	rc    syscall.RawConn // nil: not one of the net package's sockets
 	write func(fd uintptr) bool
 
 	b       []byte
@@ -26,8 +26,16 @@ type rawWriter struct {
 }
 
 func (r *rawWriter) init(nc net.Conn) {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
+	// Only the net package's own sockets: a wrapper that embeds one has
+	// its SyscallConn too, but writing under it would skip the wrapper's
+	// Write (encryption, metrics, fault injection).
+	var sc syscall.Conn
+	switch c := nc.(type) {
+	case *net.TCPConn:
+		sc = c
+	case *net.UnixConn:
+		sc = c
+	default:
 		return
 	}
 	rc, err := sc.SyscallConn()
@@ -82,3 +90,7 @@ func (r *rawWriter) writeFD(fd uintptr) bool {
 	}
 	return true
 }
+
+// exactCounts: a write cut off by its deadline reports exactly the bytes
+// it wrote, so the rest of the frame can be finished.
+const exactCounts = true

@@ -5,7 +5,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,4 +105,174 @@ func TestLargeCallEndsWhenThePeerStopsReading(t *testing.T) {
 	// No small call went first: the connection for large requests is
 	// the only one (while it dials, a large request takes any other).
 	readRequests(t, waitFor(t, conns, "the large requests' connection"), 1, payload)
+}
+
+// xorConn stands for any net.Conn wrapper that changes or accounts for
+// the bytes it writes (encryption, obfuscation, byte metrics, rate
+// limiting, fault injection) and embeds *net.TCPConn, as such wrappers
+// often do to keep SetNoDelay, SetKeepAlive, File and SyscallConn.
+type xorConn struct{ *net.TCPConn }
+
+func (c xorConn) Write(p []byte) (int, error) {
+	q := make([]byte, len(p))
+	for i, b := range p {
+		q[i] = b ^ 0x5a
+	}
+	return c.TCPConn.Write(q)
+}
+
+func (c xorConn) Read(p []byte) (int, error) {
+	n, err := c.TCPConn.Read(p)
+	for i := range p[:n] {
+		p[i] ^= 0x5a
+	}
+	return n, err
+}
+
+type xorListener struct{ net.Listener }
+
+func (l xorListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return xorConn{c.(*net.TCPConn)}, nil
+}
+
+// TestWrappedConnWritesThroughItsWrite: a connection wrapper that embeds
+// *net.TCPConn (promoting SyscallConn) but has a Write of its own is
+// written through that Write: the writer makes the system calls itself
+// only on the net package's own sockets.
+func TestWrappedConnWritesThroughItsWrite(t *testing.T) {
+	ts := startServerOn(t, xorListener{listen(t)}, echo, ServerConfig{})
+	p := newPool(t, Config{ConnsPerAddr: 1, Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return xorConn{c.(*net.TCPConn)}, nil
+	}})
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("through the wrapper"))
+	if err != nil {
+		t.Fatalf("a call over a wrapped connection failed: %v (the writer bypassed the wrapper's Write)", err)
+	}
+	if string(resp.Payload) != "through the wrapper" {
+		t.Errorf("payload = %q", resp.Payload)
+	}
+	p.Release(resp)
+}
+
+// errSignal is a context that reports its first Err call: writeLarge
+// calls it, with mu held, right before it waits for its turn.
+type errSignal struct {
+	context.Context
+	once   sync.Once
+	called chan struct{}
+}
+
+func (c *errSignal) Err() error {
+	c.once.Do(func() { close(c.called) })
+	return c.Context.Err()
+}
+
+// TestLargeWriteAfterItsLimitEnded: a large frame whose caller gives up as
+// its turn to write comes is not sent (not queued, ctx's error), and
+// nothing of it reaches the peer.
+func TestLargeWriteAfterItsLimitEnded(t *testing.T) {
+	wc, rc := tcpPair(t)
+	var w frameWriter
+	w.init(wc, func(error) {})
+
+	// Another goroutine's flush is in progress (a finish goroutine).
+	w.mu.Lock()
+	w.flushing = true
+	w.mu.Unlock()
+
+	base, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctx := &errSignal{Context: base, called: make(chan struct{})}
+	type result struct {
+		queued bool
+		err    error
+	}
+	res := make(chan result, 1)
+	go func() {
+		q, err := w.writeMessage(frameOf(strings.Repeat("L", 1<<20)), limit{ctx: ctx})
+		res <- result{q, err}
+	}()
+	waitFor(t, ctx.called, "the large writer to check its limit")
+	// It checked with mu held and released mu only in turn.Wait: it is
+	// waiting for its turn now. The flush ends as the caller gives up.
+	w.mu.Lock()
+	cancel()
+	w.endFlushLocked()
+	w.mu.Unlock()
+
+	r := waitFor(t, res, "the large writer")
+	if r.queued || !errors.Is(r.err, context.Canceled) {
+		t.Errorf("writeMessage = (queued %v, %v), want (false, context.Canceled): the caller gave up before any byte of its frame was written", r.queued, r.err)
+	}
+	// Whatever was handed on must not include the abandoned frame: the
+	// next frame the peer reads is this small one.
+	if _, err := w.writeMessage(frameOf("next"), limit{}); err != nil {
+		t.Fatalf("small frame: %v", err)
+	}
+	rd := protocol.NewReader(bufio.NewReader(rc), 64<<20)
+	var m protocol.Message
+	if err := rd.Read(&m); err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if string(m.Payload) != "next" {
+		t.Errorf("the peer got a frame of %d bytes first: the request its caller gave up on was sent anyway", len(m.Payload))
+	}
+}
+
+// TestCutOffLargeRequestIsCancelled: a large request cut off mid-frame by
+// its caller's context is finished in the background, so the server will
+// run it; the cancel event follows it, so the server cancels the handler.
+func TestCutOffLargeRequestIsCancelled(t *testing.T) {
+	addr, conns := rawServer(t)
+	// Every request over the one shared connection, so the one-way
+	// request below follows the large one on the same stream.
+	p := newPool(t, Config{ConnsPerAddr: 1, LargeMessage: -1, MaxBody: 64 << 20})
+	payload := bytes.Repeat([]byte{'L'}, 32<<20) // more than the socket buffers hold
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.RoundTrip(ctx, addr, newRequest(string(payload)))
+		errc <- err
+	}()
+	sc := waitFor(t, conns, "the connection")
+	head := make([]byte, protocol.HeaderLen)
+	if _, err := io.ReadFull(sc, head); err != nil { // the large frame's write has begun
+		t.Fatal(err)
+	}
+	cancel() // ...and cannot be over: the peer read 16 of its 32 MiB
+	err := waitFor(t, errc, "the cancelled large call")
+	wantStatus(t, err, protocol.StatusClientError, false, false) // 90, cut off mid-frame
+
+	oneWay := newRequest("marker")
+	oneWay.Header.SetFlags(protocol.MakeFlags(protocol.FlagRequest, 22))
+	if _, err := p.RoundTrip(testCtx(t), addr, oneWay); err != nil {
+		t.Fatalf("one-way marker: %v", err)
+	}
+
+	rd := protocol.NewReader(bufio.NewReader(io.MultiReader(bytes.NewReader(head), sc)), 64<<20)
+	var large, next protocol.Message
+	if err := rd.Read(&large); err != nil {
+		t.Fatalf("reading the large request: %v", err)
+	}
+	if !bytes.Equal(large.Payload, payload) {
+		t.Fatalf("the large request arrived with %d bytes, want %d intact ones", len(large.Payload), len(payload))
+	}
+	if err := rd.Read(&next); err != nil {
+		t.Fatalf("reading the next frame: %v", err)
+	}
+	if !next.IsCancel() || next.Header.ID() != large.Header.ID() {
+		t.Errorf("after the cut-off request (id %d) came %q (event %v, id %d), want the cancel event for it: the server runs the handler for a caller that gave up",
+			large.Header.ID(), next.Payload, next.Header.Flags().IsEvent(), next.Header.ID())
+	}
 }

@@ -46,8 +46,11 @@ import (
 // write completes, and returns; the caller then waits for its answer with
 // its own timer and context. A large frame's writer waits for the socket
 // (its payload is written in place) but only within the call's limit
-// (writeLarge). Elsewhere, and with a connection that is not a socket, the
-// flusher may block while the buffer is full. A write that
+// (writeLarge); cut off mid-frame, the rest of the frame is finished in
+// the background (or, where a cut write's count is not exact, on Windows,
+// the connection closes). Elsewhere, and with a connection that is not
+// one of the net package's sockets (a wrapper), the flusher may block
+// while the buffer is full. A write that
 // has not completed after two heartbeat intervals, while the peer
 // acknowledged none of its bytes, closes the connection (see state), which
 // releases it. On Linux the peer's acknowledgements (TCP_INFO) tell a peer
@@ -83,6 +86,9 @@ type frameWriter struct {
 
 	// raw writes without blocking (tryWrite); nil where nc cannot.
 	raw rawWriter
+	// cutting counts the cut calls that may still set a write deadline
+	// (writeBuffers); only the turn's holder uses it.
+	cutting sync.WaitGroup
 }
 
 // largePayload is the payload size from which a frame is written from the
@@ -206,6 +212,10 @@ func (w *frameWriter) writeLarge(m *protocol.Message, lim limit) (queued bool, e
 		w.mu.Unlock()
 		return false, err
 	}
+	if err := lim.err(); err != nil { // it may have ended as the turn came
+		w.mu.Unlock()
+		return false, err
+	}
 	w.flushing = true
 	w.buf = protocol.AppendFrameHead(w.buf, m)
 	b := w.buf
@@ -214,7 +224,7 @@ func (w *frameWriter) writeLarge(m *protocol.Message, lim limit) (queued bool, e
 	w.mu.Unlock()
 
 	n, err := w.writeBuffers(net.Buffers{b, m.Payload}, lim)
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && exactCounts {
 		if lerr := lim.err(); lerr != nil {
 			// The caller's time is up, mid-frame: the rest of the frame
 			// must still go out, or the stream is broken.
@@ -282,25 +292,26 @@ func (w *frameWriter) writeBuffers(bufs net.Buffers, lim limit) (n int64, err er
 	if !lim.deadline.IsZero() {
 		_ = w.nc.SetWriteDeadline(lim.deadline)
 	}
-	var stop, exited chan struct{}
+	var stop func() bool
 	if lim.ctx != nil && lim.ctx.Done() != nil {
-		stop, exited = make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(exited)
-			select {
-			case <-lim.ctx.Done():
-				_ = w.nc.SetWriteDeadline(aLongTimeAgo)
-			case <-stop:
-			}
-		}()
+		w.cutting.Add(1)
+		stop = context.AfterFunc(lim.ctx, w.cut)
 	}
 	n, err = bufs.WriteTo(w.nc)
 	if stop != nil {
-		close(stop)
-		<-exited // no deadline may be set after the one cleared below
+		if stop() {
+			w.cutting.Done() // cut will not run
+		}
+		w.cutting.Wait() // no deadline may be set after the one cleared below
 	}
 	_ = w.nc.SetWriteDeadline(time.Time{})
 	return n, err
+}
+
+// cut ends the large write in progress: its caller's context is done.
+func (w *frameWriter) cut() {
+	defer w.cutting.Done()
+	_ = w.nc.SetWriteDeadline(aLongTimeAgo)
 }
 
 // finish writes b[n:] for a flusher that could not wait (a small frame's
