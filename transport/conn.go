@@ -209,8 +209,9 @@ func (c *clientConn) abandon(id uint64, cl *call, cancel bool) {
 // when no other goroutine is flushing, the flush runs on a goroutine of
 // its own (counted by the pool). On a connection that failed it does
 // nothing. closeDrained closes the connection after the frame was written
-// (the last call of a read-only connection); if another goroutine was
-// flushing, the close may overtake the frame.
+// (the last call of a read-only connection); when the socket was full,
+// the close may overtake the frame, which costs nothing: a server cancels
+// the calls still running on a connection that closes.
 func (c *clientConn) cancelRemote(id uint64, closeDrained bool) {
 	flush := c.w.queueEvent(eventCancel, id)
 	if !flush {
