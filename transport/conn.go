@@ -494,7 +494,10 @@ func (c *clientConn) writeError(queued bool, err error) error {
 		}
 		return &protocol.Error{Status: protocol.StatusClientError, Msg: "call cancelled while sending", Err: err}
 	}
-	if !queued {
+	switch {
+	case errors.Is(err, errBackedUp):
+		return notSent(protocol.StatusChannelInactive, c.ep.addr+" is not reading what was sent", err)
+	case !queued:
 		return notSent(protocol.StatusChannelInactive, "connection closed", err)
 	}
 	return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "connection lost while sending", Err: err}

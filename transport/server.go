@@ -1003,7 +1003,14 @@ func (call *serverCall) finish() {
 			resp.Attachments, resp.IdempotencyKey = nil, ""
 			resp.Payload = fmt.Appendf(resp.Payload[:0], "response of %d bytes is over the server's MaxBody (%d)", n, s.cfg.MaxBody)
 		}
-		_, _ = sc.w.writeMessage(resp, limit{})
+		// A large response waits for the socket at most until the
+		// request's deadline: its caller has given up by then, and a
+		// client that stopped reading must not pile up payloads here.
+		if _, err := sc.w.writeMessage(resp, limit{deadline: call.ctx.deadline}); errors.Is(err, errBackedUp) {
+			s.log.Warn("transport: client not reading its responses; closing the connection",
+				"remote", sc.nc.RemoteAddr(), "err", err)
+			sc.close()
+		}
 	}
 	s.release()
 	putServerCall(call)

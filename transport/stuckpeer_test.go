@@ -9,9 +9,11 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/protocol"
 )
 
@@ -275,4 +277,112 @@ func TestCutOffLargeRequestIsCancelled(t *testing.T) {
 		t.Errorf("after the cut-off request (id %d) came %q (event %v, id %d), want the cancel event for it: the server runs the handler for a caller that gave up",
 			large.Header.ID(), next.Payload, next.Header.Flags().IsEvent(), next.Header.ID())
 	}
+}
+
+// withMaxQueued sets maxQueued for one test.
+func withMaxQueued(t *testing.T, n int) {
+	old := maxQueued
+	maxQueued = n
+	t.Cleanup(func() { maxQueued = old })
+}
+
+// TestClientQueueBounded: behind a peer that stopped reading, small frames
+// queue up to maxQueued; calls over it fail at once as not sent (the peer
+// is not reading), instead of the client's memory growing with every call
+// until the stall check closes the connection.
+func TestClientQueueBounded(t *testing.T) {
+	withMaxQueued(t, 256<<10)
+	addr, _ := rawServer(t)
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	const calls = 400 // 400 × 32 KiB: several times the socket buffers and the bound
+	errs := make(chan error, calls)
+	for range calls {
+		go func() {
+			req := newRequest(strings.Repeat("q", 32<<10))
+			req.Timeout = 2 * time.Second
+			_, err := p.RoundTrip(context.Background(), addr, req)
+			errs <- err
+		}()
+	}
+	backedUp := 0
+	for range calls {
+		err := waitFor(t, errs, "a call")
+		if errors.Is(err, errBackedUp) {
+			wantStatus(t, err, protocol.StatusChannelInactive, false, true)
+			backedUp++
+		}
+	}
+	if backedUp == 0 {
+		t.Fatal("no call was refused although the peer read nothing of 12 MiB")
+	}
+	c := p.eps.Load()
+	for _, e := range *c {
+		if conn := e.slots[0].Load(); conn != nil {
+			conn.w.mu.Lock()
+			n := len(conn.w.buf)
+			conn.w.mu.Unlock()
+			if n > maxQueued+64<<10 {
+				t.Errorf("%d bytes queued, over the bound of %d", n, maxQueued)
+			}
+		}
+	}
+}
+
+// TestServerClosesAClientNotReading: a client that keeps sending requests
+// but reads none of the responses is disconnected once maxQueued bytes of
+// responses wait, instead of the server's memory growing without bound.
+func TestServerClosesAClientNotReading(t *testing.T) {
+	withMaxQueued(t, 256<<10)
+	ts := startServer(t, echo, ServerConfig{})
+	nc, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		req := newRequest(strings.Repeat("r", 32<<10))
+		var frame []byte
+		for id := uint64(1); ; id++ {
+			req.Header.SetID(id)
+			frame = protocol.AppendMessage(frame[:0], req)
+			if _, err := nc.Write(frame); err != nil {
+				return // the server closed the connection
+			}
+		}
+	}()
+	waitFor(t, closed, "the server to close the connection of a client that reads nothing")
+}
+
+// TestLargeResponsesGiveUpAtTheirDeadline: large responses to a client
+// that stopped reading wait for the socket only until their requests'
+// deadlines (their callers have given up by then); they used to wait, each
+// holding its payload and its place in MaxConcurrent, until the stall
+// check closed the connection.
+func TestLargeResponsesGiveUpAtTheirDeadline(t *testing.T) {
+	var handled atomic.Int64
+	big := HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
+		resp.Payload = append(resp.Payload[:0], strings.Repeat("B", 4<<20)...)
+		handled.Add(1)
+	})
+	ts := startServer(t, big, ServerConfig{})
+	nc, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	req := newRequest("big, please")
+	req.Timeout = 200 * time.Millisecond
+	var frames []byte
+	for id := range uint64(20) { // 80 MiB of responses: far more than the socket buffers hold
+		req.Header.SetID(id + 1)
+		frames = protocol.AppendMessage(frames, req)
+	}
+	if _, err := nc.Write(frames); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, 5*time.Second, 5*time.Millisecond, "the responses waiting for the socket to give up", func() bool {
+		return handled.Load() == 20 && ts.srv.active.Load() == 0
+	})
 }

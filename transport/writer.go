@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -161,12 +162,29 @@ func (w *frameWriter) writeMessage(m *protocol.Message, lim limit) (queued bool,
 	if len(m.Payload) >= largePayload {
 		return w.writeLarge(m, lim)
 	}
+	if w.flushing && len(w.buf) > maxQueued {
+		n := len(w.buf)
+		w.mu.Unlock()
+		return false, fmt.Errorf("%w: %d bytes wait for it to read", errBackedUp, n)
+	}
 	if n := len(w.buf) + len(m.Payload) + frameSlack; n > cap(w.buf) && n > bufpool.Min {
 		w.grow(n)
 	}
 	w.buf = protocol.AppendMessage(w.buf, m)
 	return true, w.flushOrReturn()
 }
+
+// maxQueued bounds the bytes of small frames waiting behind a write in
+// progress. A peer that stops reading fills its socket buffers; frames
+// then pile up here, and without a bound its partner's memory grows until
+// the stall check closes the connection, minutes later. Over it a frame is
+// refused (errBackedUp): a client fails the call as not sent, a server
+// closes the connection. A variable for tests.
+var maxQueued = 32 << 20
+
+// errBackedUp is the error of a frame refused because maxQueued bytes
+// already wait for the peer to read.
+var errBackedUp = errors.New("transport: peer is not reading")
 
 // frameSlack is what a frame adds to its payload, as a guess for grow: the
 // header and the body's strings and attachments are usually well below it
