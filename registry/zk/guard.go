@@ -84,8 +84,9 @@ func (r *Registry) queueRepairLocked(p string) {
 
 // arm sets the data watch on p, which was just written with want, unless
 // one is already set in the current session (a change fires that one). It
-// reports whether p exists and holds want: a write of someone else's
-// between ours and the watch would otherwise go unseen. When it does not,
+// reports whether p exists and holds want (nil: any data): a write of
+// someone else's between ours and the watch would otherwise go unseen.
+// When it does not,
 // the watch is set (p exists, holding other data) or not (p is gone), and
 // the caller looks again. It is called in the write slot.
 func (r *Registry) arm(conn *zk.Conn, p string, want []byte) (bool, error) {
@@ -111,7 +112,7 @@ func (r *Registry) arm(conn *zk.Conn, p string, want []byte) (bool, error) {
 		}
 		return false, fmt.Errorf("watch %s: %w", p, err)
 	}
-	return bytes.Equal(data, want), nil
+	return want == nil || bytes.Equal(data, want), nil
 }
 
 // guard re-creates the nodes onNodeEvent queues, retrying a failure a
@@ -254,11 +255,17 @@ func (r *Registry) repair(conn *zk.Conn, p string) error {
 			}
 		}
 		if theirs {
-			// Another session's node: watched, not ours to check.
-			if _, err := r.arm(conn, p, nil); err != nil {
+			// Another session's node: watched, not ours to check,
+			// unless it went before the watch was set (GetW sets none
+			// on a missing node): then look again, and create ours.
+			exists, err := r.arm(conn, p, nil)
+			if err != nil {
 				return err
 			}
-			return nil
+			if exists {
+				return nil
+			}
+			continue
 		}
 		if r.armHook != nil {
 			r.armHook(p)
