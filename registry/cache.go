@@ -227,6 +227,9 @@ func (c *Cache) gaveUp(service string) error {
 	if e == nil {
 		return nil
 	}
+	if err := e.refusal(); err != nil {
+		return err // refused since: that error says more, and for good
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.state.Load() != nil {
