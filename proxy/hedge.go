@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -117,8 +118,13 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 				}
 				return c.decode(call, r.resp)
 			}
-			lastErr = r.err
-			call.Addr = r.addr
+			// An attempt that may have reached a server outranks a
+			// later one that failed unsent: the call must not say
+			// ErrNotSent once one of its attempts was sent.
+			if !errors.Is(r.err, transport.ErrNotSent) || lastErr == nil || errors.Is(lastErr, transport.ErrNotSent) {
+				lastErr = r.err
+				call.Addr = r.addr
+			}
 			if !hedgedYet {
 				hedge(r.err) // the first failed early: try the backup now, if that failure may be retried
 			}
