@@ -20,13 +20,16 @@ import (
 // registry; the real ones have their own tests) whose calls report
 // themselves and can be held until released, or refused per service.
 type gatedRegistry struct {
-	mu      sync.Mutex
-	live    map[string]registry.Instance
-	refuse  string        // Register of this service fails (set before use, or under mu)
-	down    atomic.Int32  // this many Registers fail as unreachable
-	held    string        // "register", "deregister" or "": the calls that wait for hold
-	hold    chan struct{} // closed to let held calls go (or their ctx ends)
-	entered chan string   // "register S" / "deregister S", as calls begin
+	mu     sync.Mutex
+	live   map[string]registry.Instance
+	refuse string // Register of this service fails (set before use, or under mu)
+	// lateComplete: a held Register whose context ends still registers
+	// (as ZooKeeper's create may), though it returns the context's error.
+	lateComplete bool
+	down         atomic.Int32  // this many Registers fail as unreachable
+	held         string        // "register", "deregister" or "": the calls that wait for hold
+	hold         chan struct{} // closed to let held calls go (or their ctx ends)
+	entered      chan string   // "register S" / "deregister S", as calls begin
 	// registered gets the service of each Register that succeeded.
 	registered chan string
 }
@@ -60,6 +63,11 @@ func (r *gatedRegistry) Register(ctx context.Context, in registry.Instance) erro
 		return fmt.Errorf("gated: %w", registry.ErrUnavailable)
 	}
 	if err := r.wait(ctx, "register"); err != nil {
+		if r.lateComplete {
+			r.mu.Lock()
+			r.live[in.Service] = in
+			r.mu.Unlock()
+		}
 		return err
 	}
 	r.mu.Lock()
@@ -166,7 +174,18 @@ func TestOverlappingShutdownsWithdrawFirst(t *testing.T) {
 // TestShutdownDuringPublish: a registry that does not answer while Serve
 // publishes does not hold Shutdown past its context.
 func TestShutdownDuringPublish(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("registry completes the interrupted register=%v", late), func(t *testing.T) {
+			shutdownDuringPublish(t, late)
+		})
+	}
+}
+
+// shutdownDuringPublish: with late, the registry registers the instance
+// whose Register the Shutdown interrupted; it must be withdrawn as well.
+func shutdownDuringPublish(t *testing.T, late bool) {
 	reg := newGatedRegistry("register")
+	reg.lateComplete = late
 	defer close(reg.hold)
 	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
 	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {

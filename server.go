@@ -398,6 +398,12 @@ func (s *Server) register(ctx context.Context, svc *service, addrs []string) ([]
 			err = fmt.Errorf("dabb: publish %s at %s: %w", svc.name, adv, err)
 			if ctx.Err() != nil {
 				err = fmt.Errorf("%w (shutting down): %w", ErrServerClosed, err)
+				if errors.Is(err, context.Canceled) {
+					// Interrupted: the registry may finish a Register
+					// its caller gave up on (ZooKeeper's create may), so
+					// withdraw this one too.
+					mine = append(mine, in)
+				}
 			}
 			return nil, errors.Join(err, s.deregister(context.Background(), mine))
 		}
