@@ -140,21 +140,10 @@ func (b *breakers) get(addr string) *instanceHealth {
 // one: a new server took the address over. A breaker that was not closed
 // is reported as closing.
 func (b *breakers) forget(addr string) {
-	b.mu.Lock()
-	old := *b.m.Load()
-	h := old[addr]
+	h := b.drop(addr)
 	if h == nil {
-		b.mu.Unlock()
 		return
 	}
-	next := make(map[string]*instanceHealth, len(old))
-	for k, v := range old {
-		if k != addr {
-			next[k] = v
-		}
-	}
-	b.m.Store(&next)
-	b.mu.Unlock()
 	if from := h.cb.State(); from != gobreaker.StateClosed {
 		b.log.Info("dabb: circuit breaker reset: a new server at the address", "addr", addr, "from", from.String())
 		if b.observer != nil {
@@ -186,6 +175,26 @@ func (b *breakers) open(addr string) bool {
 		return n.Requests-min(n.Requests, n.TotalExclusions) >= b.cfg.HalfOpenProbes
 	}
 	return false
+}
+
+// drop removes addr's breaker, if any, and returns it: the address left
+// every instance list, or a new server took it over (forget).
+func (b *breakers) drop(addr string) *instanceHealth {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := *b.m.Load()
+	h := old[addr]
+	if h == nil {
+		return nil
+	}
+	next := make(map[string]*instanceHealth, len(old))
+	for k, v := range old {
+		if k != addr {
+			next[k] = v
+		}
+	}
+	b.m.Store(&next)
+	return h
 }
 
 // BreakerState returns the breaker state of an instance address as gobreaker

@@ -173,6 +173,9 @@ type Client struct {
 	svcMu    sync.Mutex                               // serialises creation of services
 	services atomic.Pointer[map[string]*serviceState] // copy on write
 
+	addrMu sync.Mutex                     // guards addrs
+	addrs  map[string]map[string]struct{} // service: the addresses it lists now
+
 	keyPrefix string        // random, per client: idempotency keys
 	keySeq    atomic.Uint64 // idempotency key counter
 }
@@ -320,7 +323,10 @@ func (c *Client) service(ctx context.Context, name string, deadline time.Time) (
 	if err != nil {
 		return nil, err
 	}
-	unsub, err := c.cache.Subscribe(name, bal.Update)
+	unsub, err := c.cache.Subscribe(name, func(ins []registry.Instance) {
+		bal.Update(ins)
+		c.listed(name, ins)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -332,6 +338,43 @@ func (c *Client) service(ctx context.Context, name string, deadline time.Time) (
 	next[name] = st
 	c.services.Store(&next)
 	return st, nil
+}
+
+// listed records the addresses service lists now, and forgets the
+// connections and breakers of addresses that no service lists any more:
+// instances that come and go at new addresses (containers) would
+// otherwise leave one of each behind for the life of the client.
+func (c *Client) listed(service string, ins []registry.Instance) {
+	now := make(map[string]struct{}, len(ins))
+	for _, in := range ins {
+		now[in.Addr] = struct{}{}
+	}
+	c.addrMu.Lock()
+	defer c.addrMu.Unlock()
+	if c.addrs == nil {
+		c.addrs = make(map[string]map[string]struct{})
+	}
+	before := c.addrs[service]
+	c.addrs[service] = now
+	for addr := range before {
+		if _, ok := now[addr]; ok {
+			continue
+		}
+		if !c.stillListed(addr) {
+			c.pool.Forget(addr)
+			c.breakers.drop(addr)
+		}
+	}
+}
+
+// stillListed reports whether any service lists addr; addrMu held.
+func (c *Client) stillListed(addr string) bool {
+	for _, set := range c.addrs {
+		if _, ok := set[addr]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // why says, for the error of a call that found no instance, why the

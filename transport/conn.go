@@ -61,6 +61,7 @@ type clientConn struct {
 	// calls go to this connection, pending ones finish, and the
 	// connection closes itself as soon as none is left (see drainedLocked).
 	readOnly atomic.Bool
+	retiring atomic.Bool // the pool forgot its address: no new calls, closes when drained
 	dead     atomic.Bool // closed; mirrors closed for lock-free checks
 
 	mu      sync.Mutex       // guards the fields below
@@ -89,7 +90,18 @@ func (c *clientConn) start() {
 
 // usable reports whether new calls may go to c.
 func (c *clientConn) usable() bool {
-	return c != nil && !c.dead.Load() && !c.readOnly.Load()
+	return c != nil && !c.dead.Load() && !c.readOnly.Load() && !c.retiring.Load()
+}
+
+// retire takes no more calls on c and closes it after its last one.
+func (c *clientConn) retire() {
+	c.mu.Lock()
+	c.retiring.Store(true) // under mu: register checks it there
+	drained := c.drainedLocked()
+	c.mu.Unlock()
+	if drained {
+		c.closeDrained()
+	}
 }
 
 func (c *clientConn) writeFailed(err error) {
@@ -144,6 +156,9 @@ func (c *clientConn) register(id uint64, cl *call) error {
 	if c.readOnly.Load() {
 		return c.errReadOnly()
 	}
+	if c.retiring.Load() {
+		return notSent(protocol.StatusChannelInactive, "address left the instance list: "+c.ep.addr, nil)
+	}
 	c.pending[id] = cl
 	return nil
 }
@@ -158,13 +173,17 @@ func (c *clientConn) errReadOnly() error {
 // the server, which keeps reading until then (answering late requests
 // with status 100), never drops a request it did not answer.
 func (c *clientConn) drainedLocked() bool {
-	return !c.closed && len(c.pending) == 0 && c.readOnly.Load()
+	return !c.closed && len(c.pending) == 0 && (c.readOnly.Load() || c.retiring.Load())
 }
 
-// closeDrained closes c after its last call on a read-only connection.
+// closeDrained closes c after its last call on a read-only or retiring
+// connection.
 func (c *clientConn) closeDrained() {
-	c.close(fmt.Errorf("transport: %s is shutting down; closed the connection after its last call: %w",
-		c.ep.addr, ErrClosed))
+	why := "is shutting down"
+	if !c.readOnly.Load() {
+		why = "left the instance list"
+	}
+	c.close(fmt.Errorf("transport: %s %s; closed the connection after its last call: %w", c.ep.addr, why, ErrClosed))
 }
 
 // closeIfDrained closes c if it is read-only with no call left.

@@ -291,6 +291,35 @@ func (p *Pool) Close() error {
 
 var errPoolClosed = notSent(protocol.StatusChannelInactive, "pool closed", ErrClosed)
 
+// Forget drops addr, an address no instance list holds any more (a client
+// whose instances come and go at new addresses would otherwise keep every
+// one it ever called): no new call goes to its connections, each closes
+// after its last call in flight, and a later call to addr starts afresh
+// (a new dial, no backoff or read-only mark).
+func (p *Pool) Forget(addr string) {
+	p.mu.Lock()
+	old := *p.eps.Load()
+	e := old[addr]
+	if e == nil || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	m := make(map[string]*endpoint, len(old))
+	for k, v := range old {
+		if k != addr {
+			m[k] = v
+		}
+	}
+	p.eps.Store(&m)
+	p.mu.Unlock()
+	e.forgotten.Store(true)
+	for i := range e.slots {
+		if c := e.slots[i].Load(); c != nil {
+			c.retire()
+		}
+	}
+}
+
 // endpoint returns addr's endpoint, creating it.
 func (p *Pool) endpoint(addr string) (*endpoint, error) {
 	p.mu.Lock()
@@ -371,8 +400,10 @@ type endpoint struct {
 	addr     string
 	rr       atomic.Uint32 // round-robin cursor
 	readOnly atomic.Bool
-	slots    []atomic.Pointer[clientConn]
-	large    chan struct{} // LargeInFlight slots; nil: no bound
+	// forgotten: Forget dropped the address; its connections retire.
+	forgotten atomic.Bool
+	slots     []atomic.Pointer[clientConn]
+	large     chan struct{} // LargeInFlight slots; nil: no bound
 	// largeNext is the earliest the next large request may go while small
 	// calls are in flight (Pool.clock).
 	largeNext atomic.Int64
@@ -526,7 +557,7 @@ func (e *endpoint) markReadOnly() {
 func (e *endpoint) probe() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.readOnly.Load() || e.dial != nil || time.Now().Before(e.retryAt) || e.p.ctx.Err() != nil {
+	if !e.readOnly.Load() || e.forgotten.Load() || e.dial != nil || time.Now().Before(e.retryAt) || e.p.ctx.Err() != nil {
 		return
 	}
 	for i := range e.slots {
@@ -593,6 +624,10 @@ func (e *endpoint) slowConn(ctx context.Context, i int, start time.Time, budget 
 	if e.p.ctx.Err() != nil {
 		e.mu.Unlock()
 		return nil, errPoolClosed
+	}
+	if e.forgotten.Load() {
+		e.mu.Unlock()
+		return nil, notSent(protocol.StatusChannelInactive, "address left the instance list: "+e.addr, nil)
 	}
 	c := e.slots[i].Load()
 	readOnly := e.readOnly.Load()
@@ -706,6 +741,9 @@ func (e *endpoint) dialSlot(i int, d *dialing) {
 		return
 	}
 	c.start()
+	if e.forgotten.Load() {
+		c.retire() // forgotten while it dialed
+	}
 	if back {
 		e.p.log.Info("transport: address is back after its shutdown", "addr", e.addr)
 		if f := e.p.cfg.OnBack; f != nil {

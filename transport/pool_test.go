@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/protocol"
 )
 
@@ -983,4 +984,50 @@ func TestProbeRefusesAStrangeAnswer(t *testing.T) {
 	for nc := range accepted {
 		nc.Close()
 	}
+}
+
+// TestForget: a forgotten address's connection with a call in flight
+// closes after that call is answered (the call succeeds), an idle one at
+// once, and a later call to the address dials afresh.
+func TestForget(t *testing.T) {
+	bs := startBlockingServer(t, ServerConfig{})
+	var d countingDial
+	p := newPool(t, Config{ConnsPerAddr: 1, Dial: d.dial})
+	noConns := func(what string) {
+		t.Helper()
+		wait.Until(t, defaultTestTimeout, time.Millisecond, what, func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return len(p.conns) == 0
+		})
+	}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := p.RoundTrip(testCtx(t), bs.addr, newRequest("in flight"))
+		if err == nil {
+			p.Release(resp)
+		}
+		done <- err
+	}()
+	waitFor(t, bs.entered, "the call in flight")
+	p.Forget(bs.addr)
+	if len(*p.eps.Load()) != 0 {
+		t.Fatal("the address is still known after Forget")
+	}
+	close(bs.release)
+	if err := waitFor(t, done, "the call in flight"); err != nil {
+		t.Fatalf("a call in flight when its address was forgotten failed: %v", err)
+	}
+	noConns("the connection to close after its last call")
+
+	resp, err := p.RoundTrip(testCtx(t), bs.addr, newRequest("again"))
+	if err != nil {
+		t.Fatalf("a call to the address after Forget: %v", err)
+	}
+	p.Release(resp)
+	if n := d.n.Load(); n != 2 {
+		t.Errorf("%d dials, want 2 (one before Forget, one after)", n)
+	}
+	p.Forget(bs.addr)
+	noConns("an idle connection to close when forgotten")
 }
