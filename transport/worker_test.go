@@ -34,6 +34,9 @@ func TestWorkersReaped(t *testing.T) {
 		p.Release(resp)
 	}
 	s := ts.srv
+	// Earlier tests' servers are closed, but Close does not wait for
+	// their workers to exit (WaitForHandlers is off): let them go first.
+	eventually(t, "earlier tests' workers to exit", func() bool { return workerGoroutines() == 0 })
 	before := workerGoroutines()
 	call()
 	eventually(t, "the worker is idle", func() bool { return s.idleCount() == 1 })
