@@ -185,7 +185,9 @@ func TestBigPayload(t *testing.T) {
 			big.Release(resp)
 		}
 		// One connection for requests of LargeMessage or more, one for the
-		// others, each dialed once.
+		// others, each dialed once (a call may go over the other while
+		// its own dials in the background).
+		wait.Until(t, defaultTestTimeout, time.Millisecond, "both connections dialed", func() bool { return dials.Load() >= 2 })
 		if n := dials.Load(); n != 2 {
 			t.Errorf("the pool dialed %d times, want 2: the oversized requests cost their connection", n)
 		}
@@ -419,6 +421,14 @@ func TestConnectionLost(t *testing.T) {
 	if n := p.pendingLen(addr); n != 0 {
 		t.Errorf("pending table holds %d calls", n)
 	}
+	// Close does not wait for the server's goroutines: an idle
+	// connection's closing may reach the pool's reader later than the
+	// calls' failures; a call on it then would fail as well.
+	wait.Until(t, defaultTestTimeout, time.Millisecond, "the pool to see every connection closed", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.conns) == 0
+	})
 
 	// The server comes back on the same address: the next call redials.
 	l2, err := net.Listen("tcp", addr)
