@@ -424,11 +424,7 @@ func TestConnectionLost(t *testing.T) {
 	// Close does not wait for the server's goroutines: an idle
 	// connection's closing may reach the pool's reader later than the
 	// calls' failures; a call on it then would fail as well.
-	wait.Until(t, defaultTestTimeout, time.Millisecond, "the pool to see every connection closed", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.conns) == 0
-	})
+	waitNoConns(t, p, "the pool to see every connection closed")
 
 	// The server comes back on the same address: the next call redials.
 	l2, err := net.Listen("tcp", addr)
@@ -1003,14 +999,6 @@ func TestForget(t *testing.T) {
 	bs := startBlockingServer(t, ServerConfig{})
 	var d countingDial
 	p := newPool(t, Config{ConnsPerAddr: 1, Dial: d.dial})
-	noConns := func(what string) {
-		t.Helper()
-		wait.Until(t, defaultTestTimeout, time.Millisecond, what, func() bool {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			return len(p.conns) == 0
-		})
-	}
 	done := make(chan error, 1)
 	go func() {
 		resp, err := p.RoundTrip(testCtx(t), bs.addr, newRequest("in flight"))
@@ -1028,7 +1016,7 @@ func TestForget(t *testing.T) {
 	if err := waitFor(t, done, "the call in flight"); err != nil {
 		t.Fatalf("a call in flight when its address was forgotten failed: %v", err)
 	}
-	noConns("the connection to close after its last call")
+	waitNoConns(t, p, "the connection to close after its last call")
 
 	resp, err := p.RoundTrip(testCtx(t), bs.addr, newRequest("again"))
 	if err != nil {
@@ -1039,5 +1027,16 @@ func TestForget(t *testing.T) {
 		t.Errorf("%d dials, want 2 (one before Forget, one after)", n)
 	}
 	p.Forget(bs.addr)
-	noConns("an idle connection to close when forgotten")
+	waitNoConns(t, p, "an idle connection to close when forgotten")
+}
+
+// waitNoConns waits until p holds no connection (they close in the
+// background: no event says so).
+func waitNoConns(t *testing.T, p *Pool, what string) {
+	t.Helper()
+	wait.Until(t, defaultTestTimeout, time.Millisecond, what, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.conns) == 0
+	})
 }
