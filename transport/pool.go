@@ -46,10 +46,13 @@ type Config struct {
 	// 25 % fewer 1 MiB calls/s (780 → 595) at the same 1 MiB p99
 	// (docs/performance.md, finding 5). Default 1;
 	// negative means no bound. The slot is held until the response
-	// arrives, so a large call made through the same Pool to the same
+	// arrives, handler time included: large calls whose handlers take a
+	// while (uploads processed before the answer) run one at a time per
+	// address, and a large call made through the same Pool to the same
 	// address while one is waiting for its answer (calls that loop back,
 	// A to B to A to B, with large payloads) waits for it, at most for
-	// its budget; such a client wants a larger bound or none.
+	// its budget. Such clients want a larger bound or none
+	// (proxy.WithTransport).
 	LargeInFlight int
 	// LargeShare is the share of the time large requests to one address
 	// may take while small calls to it are in flight: when a large
