@@ -42,9 +42,12 @@ type Call struct {
 	// instance when the first has not answered after this delay; the
 	// first answer wins and the other attempt is cancelled.
 	Hedge time.Duration
-	// Addr and Attempt are the instance and the number (from 1) of the
-	// current attempt; set for each attempt after the middlewares ran,
-	// so a middleware sees the last attempt's once next returns.
+	// Addr and Attempt are the instance and the number (from 1) of an
+	// attempt, set after the middlewares ran. Once next returns they name
+	// the attempt whose outcome the call returns: the one that succeeded,
+	// or the one whose error is returned, which is not always the last
+	// (an attempt that may have reached a server outranks a later one
+	// that failed before sending). Empty and 0 when no attempt was made.
 	Addr    string
 	Attempt int
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -377,33 +378,107 @@ func (c *Client) stillListed(addr string) bool {
 	return false
 }
 
-// why says, for the error of a call that found no instance, why the
-// known ones were left out: shutting down, or breaker open.
-func (c *Client) why(ctx context.Context, service string) string {
+// noInstance is the error of a call that found no instance to take its
+// first attempt (perr is the balancer's): one sentence that names the
+// service, how many instances are known and why none could take it. It
+// matches ErrUnavailable, ErrNotSent and balancer.ErrNoInstance.
+func (c *Client) noInstance(ctx context.Context, service string, perr error) error {
+	msg := "no instance of " + service + " can take the call: " + c.whyNone(ctx, service, nil)
+	return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: msg,
+		Err: &quietError{msg, []error{transport.ErrNotSent, perr}}}
+}
+
+// noneLeft is the error of a call that found no instance to take attempt
+// next after earlier ones failed with err (the error the call returns, of
+// the attempt call.Addr and call.Attempt name): err itself, status, cause
+// and all, with a message that says why the call went no further first.
+// An err that is not a *protocol.Error is returned as it is.
+func (c *Client) noneLeft(ctx context.Context, call *Call, err error, next int, tried []string) error {
+	pe, ok := err.(*protocol.Error)
+	if !ok {
+		return err
+	}
+	msg := "no instance of " + call.Service + " can take attempt " + strconv.Itoa(next) + ": " +
+		c.whyNone(ctx, call.Service, tried) + "; attempt " + strconv.Itoa(call.Attempt)
+	if !strings.Contains(pe.Error(), call.Addr) { // a dial error names it already
+		msg += ", on " + call.Addr + ","
+	}
+	msg += " failed"
+	// The attempt's own message, unless it is its cause's text, which
+	// Error prints after the message.
+	if pe.Msg != "" && (pe.Err == nil || pe.Err.Error() != pe.Msg) {
+		msg += ": " + pe.Msg
+	}
+	out := *pe
+	out.Msg = msg
+	return &out
+}
+
+// quietError carries the causes of an error whose message already says
+// all they would: protocol.Error prints a cause whose text equals its
+// message once.
+type quietError struct {
+	msg  string
+	errs []error
+}
+
+func (e *quietError) Error() string   { return e.msg }
+func (e *quietError) Unwrap() []error { return e.errs }
+
+// whyNone says why no known instance of service could take an attempt:
+// "none is known", "both known instances have an open circuit breaker",
+// "of its 3 known instances, 2 are shutting down and 1 was already tried".
+// An instance counts once, for the first of: shutting down, breaker open,
+// in tried; one for none of them (its state changed since the pick) is
+// "unavailable".
+func (c *Client) whyNone(ctx context.Context, service string, tried []string) string {
 	ins, err := c.cache.Instances(ctx, service)
 	if err != nil || len(ins) == 0 {
-		return ""
+		return "none is known"
 	}
-	var draining, broken int
+	var n [4]int // shutting down, breaker open, tried, other
 	for i := range ins {
-		switch {
-		case c.pool.ReadOnly(ins[i].Addr):
-			draining++
-		case c.breakers.open(ins[i].Addr):
-			broken++
+		switch addr := ins[i].Addr; {
+		case c.pool.ReadOnly(addr):
+			n[0]++
+		case c.breakers.open(addr):
+			n[1]++
+		case slices.Contains(tried, addr):
+			n[2]++
+		default:
+			n[3]++
 		}
 	}
+	verbs := [4][2]string{
+		{"is shutting down", "are shutting down"},
+		{"has an open circuit breaker", "have an open circuit breaker"},
+		{"was already tried", "were already tried"},
+		{"is unavailable", "are unavailable"},
+	}
+	verb := func(k, count int) string {
+		if count == 1 {
+			return verbs[k][0]
+		}
+		return verbs[k][1]
+	}
 	var parts []string
-	if draining > 0 {
-		parts = append(parts, fmt.Sprintf("%d shutting down", draining))
+	for k, count := range n {
+		if count == len(ins) { // one reason for all
+			switch count {
+			case 1:
+				return "its only known instance " + verb(k, 1)
+			case 2:
+				return "both known instances " + verb(k, 2)
+			}
+			return "all " + strconv.Itoa(count) + " known instances " + verb(k, count)
+		}
+		if count > 0 {
+			parts = append(parts, strconv.Itoa(count)+" "+verb(k, count))
+		}
 	}
-	if broken > 0 {
-		parts = append(parts, fmt.Sprintf("%d with an open circuit breaker", broken))
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
+	last := len(parts) - 1
+	list := strings.Join(parts[:last], ", ") + " and " + parts[last]
+	return "of its " + strconv.Itoa(len(ins)) + " known instances, " + list
 }
 
 // available reports whether an instance may take an attempt: it did not
@@ -456,9 +531,15 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 	// sent is the error of the latest attempt that may have reached the
 	// server: once there is one, the call's error must not say ErrNotSent
 	// (a retry that failed unsent does not undo it).
+	//
+	// The Call names the attempt whose error is returned: final sets
+	// Addr and Attempt back to sent's when it returns sent.
 	var sent error
+	var sentAddr string
+	var sentAttempt int
 	final := func(err error) error {
 		if sent != nil && errors.Is(err, transport.ErrNotSent) {
+			call.Addr, call.Attempt = sentAddr, sentAttempt
 			return sent
 		}
 		return err
@@ -477,10 +558,12 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 		}
 		if perr != nil {
 			if err != nil {
-				return final(err) // the last attempt's error says more than "no instance"
+				// The error of an attempt says more than "no
+				// instance": the call returns it, saying first why
+				// it went no further.
+				return c.noneLeft(ctx, call, final(err), attempt, nil)
 			}
-			return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "no instance of " + call.Service + c.why(ctx, call.Service),
-				Err: fmt.Errorf("%w: %w", transport.ErrNotSent, perr)}
+			return c.noInstance(ctx, call.Service, perr)
 		}
 		if ntried < maxTried {
 			tried[ntried] = in.Addr
@@ -493,7 +576,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 			return nil
 		}
 		if !errors.Is(err, transport.ErrNotSent) {
-			sent = err
+			sent, sentAddr, sentAttempt = err, call.Addr, call.Attempt
 		}
 		if !c.retryable(ctx, call, err, attempt, policy) {
 			return final(err)

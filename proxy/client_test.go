@@ -613,16 +613,8 @@ func TestHedgedCallTakesTheFirstAnswer(t *testing.T) {
 func TestNotSentOnlyWhenNoAttemptWasSent(t *testing.T) {
 	slow := &seen{}
 	slowAddr, dead := serve(t, slow, stall, transport.ServerConfig{}), deadAddr(t)
-	// lastAddr records the instance of each call's last attempt.
-	var lastAddr string
-	last := func(next proxy.Invoker) proxy.Invoker {
-		return func(ctx context.Context, call *proxy.Call) error {
-			err := next(ctx, call)
-			lastAddr = call.Addr
-			return err
-		}
-	}
-	c := client(t, []string{slowAddr, dead}, proxy.WithBalancer("random"), proxy.WithMiddleware(last),
+	log := &attemptLog{} // the instance of each attempt
+	c := client(t, []string{slowAddr, dead}, proxy.WithBalancer("random"), proxy.WithObserver(log),
 		proxy.WithRetry(proxy.RetryPolicy{MaxAttempts: 2, PerTryTimeout: 50 * time.Millisecond}),
 		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -631,12 +623,11 @@ func TestNotSentOnlyWhenNoAttemptWasSent(t *testing.T) {
 	// after 50 ms) retries on the dead one; random picks it first in half
 	// the calls.
 	for i := range 30 {
-		before := slow.runs.Load()
 		_, err := invoke(ctx, c, proxy.Idempotent(), proxy.Timeout(time.Second))
 		if err == nil {
 			t.Fatalf("call %d succeeded against a stalled and a dead instance", i)
 		}
-		if slow.runs.Load() == before || lastAddr != dead {
+		if got := log.take(); len(got) != 2 || got[0] != slowAddr {
 			continue // not the order this test is about
 		}
 		if errors.Is(err, proxy.ErrNotSent) {

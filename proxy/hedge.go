@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"time"
 
@@ -15,9 +14,10 @@ import (
 
 // hedgeResult is the outcome of one attempt of a hedged call.
 type hedgeResult struct {
-	resp *protocol.Message
-	err  error
-	addr string
+	resp    *protocol.Message
+	err     error
+	addr    string
+	attempt int
 }
 
 // answered reports an attempt's failure that is the server's final word:
@@ -51,7 +51,7 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 	results := make(chan hedgeResult, 2)
 	ctx, cancel := context.WithCancel(ctx) // ends the loser
 	defer cancel()
-	launch := func(in registry.Instance, done balancer.Done) {
+	launch := func(in registry.Instance, done balancer.Done, attempt int) {
 		go func() {
 			var resp *protocol.Message
 			err := c.guarded(shared, in.Addr, done, func(start time.Time) error {
@@ -59,17 +59,18 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 				resp, err = c.exchange(ctx, shared, in.Addr, start)
 				return err
 			})
-			results <- hedgeResult{resp, err, in.Addr}
+			results <- hedgeResult{resp, err, in.Addr, attempt}
 		}()
 	}
 	first, done, err := st.bal.Pick(ctx, call.HashKey)
 	if err != nil {
-		return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "no instance of " + call.Service,
-			Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}
+		return c.noInstance(ctx, call.Service, err)
 	}
-	call.Attempt = 1
-	launch(first, done)
+	launch(first, done, 1)
 	outstanding, hedgedYet := 1, false
+	// nowhere is set when no instance could take the backup: a failure
+	// the backup could have followed then says so first.
+	nowhere := false
 	// hedge sends the backup, after the first attempt failed with failed,
 	// or (nil) when it has not answered in time.
 	hedge := func(failed error) {
@@ -87,14 +88,14 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 		// counted in flight by the balancer.
 		in, done, err := st.bal.PickExcept(ctx, call.HashKey, []string{first.Addr})
 		if err != nil {
+			nowhere = true
 			return // nowhere else to go: wait for the first
 		}
 		if c.opts.observer != nil {
 			c.opts.observer.Retried(call.Service, call.Method, status)
 		}
-		call.Attempt = 2
 		outstanding++
-		launch(in, done)
+		launch(in, done, 2)
 	}
 	timer := time.NewTimer(call.Hedge)
 	defer timer.Stop()
@@ -105,7 +106,7 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 			outstanding--
 			if r.err == nil || answered(r.err) {
 				cancel()
-				call.Addr = r.addr
+				call.Addr, call.Attempt = r.addr, r.attempt
 				if outstanding > 0 { // the loser's reply, if any, goes back to the pool
 					go func() {
 						if l := <-results; l.resp != nil {
@@ -123,7 +124,7 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 			// ErrNotSent once one of its attempts was sent.
 			if !errors.Is(r.err, transport.ErrNotSent) || lastErr == nil || errors.Is(lastErr, transport.ErrNotSent) {
 				lastErr = r.err
-				call.Addr = r.addr
+				call.Addr, call.Attempt = r.addr, r.attempt
 			}
 			if !hedgedYet {
 				hedge(r.err) // the first failed early: try the backup now, if that failure may be retried
@@ -133,6 +134,9 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 				hedge(nil)
 			}
 		}
+	}
+	if nowhere && classify(lastErr) != fatal { // a failure a backup could have followed
+		return c.noneLeft(ctx, call, lastErr, 2, []string{first.Addr})
 	}
 	return lastErr
 }

@@ -79,7 +79,7 @@ func TestRestartedServerFoundAgain(t *testing.T) {
 	}
 	<-done
 	// Meanwhile the error says why the only instance is left out.
-	if _, err := invoke(ctx, c); err == nil || !strings.Contains(err.Error(), "1 shutting down") {
+	if _, err := invoke(ctx, c); err == nil || !strings.Contains(err.Error(), "its only known instance is shutting down") {
 		t.Errorf("call while the only instance is shut down = %v; want it to say the instance is shutting down", err)
 	}
 
