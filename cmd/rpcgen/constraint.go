@@ -65,22 +65,60 @@ func fileConstraint(fset *token.FileSet, f *ast.File) (constraint.Expr, error) {
 // optionally followed by _test.
 func fileNameConstraint(name string) constraint.Expr {
 	name, _, _ = strings.Cut(name, ".")
-	_, name, ok := strings.Cut(name, "_") // the part before the first _ does not count
-	if !ok {
-		return nil
+	name = strings.TrimSuffix(name, "_test")
+	var x constraint.Expr
+	for tag := range strings.SplitSeq(osArchSuffix(name), "_") {
+		if tag != "" {
+			x = and(x, &constraint.TagExpr{Tag: tag})
+		}
 	}
-	l := strings.Split(name, "_")
-	if n := len(l); l[n-1] == "test" {
-		l = l[:n-1]
+	return x
+}
+
+// osArchSuffix returns the _GOOS, _GOARCH or _GOOS_GOARCH suffix of stem, a
+// file name without its extension or _test, or "" if it has none. The part
+// before the first _ does not count: linux.go has no suffix.
+func osArchSuffix(stem string) string {
+	i := strings.Index(stem, "_")
+	if i < 0 {
+		return ""
 	}
+	l := strings.Split(stem[i:], "_") // l[0] is ""
 	n := len(l)
 	switch {
-	case n >= 2 && knownOS[l[n-2]] && knownArch[l[n-1]]:
-		return and(&constraint.TagExpr{Tag: l[n-2]}, &constraint.TagExpr{Tag: l[n-1]})
-	case n >= 1 && (knownOS[l[n-1]] || knownArch[l[n-1]]):
-		return &constraint.TagExpr{Tag: l[n-1]}
+	case n >= 3 && knownOS[l[n-2]] && knownArch[l[n-1]]:
+		return "_" + l[n-2] + "_" + l[n-1]
+	case knownOS[l[n-1]] || knownArch[l[n-1]]:
+		return "_" + l[n-1]
 	}
-	return nil
+	return ""
+}
+
+// outputName returns the default name of the file generated for the
+// interface iface declared in the file src, whose build constraint is
+// constrained or not. Without one, it is <lowercase iface>_dabb.go. With
+// one, the name is also derived from src's, so that the declarations of one
+// interface in files for different builds (store_linux.go and
+// store_windows.go) get files of their own, and a _GOOS or _GOARCH suffix of
+// src's name stays last: Store of store_linux.go goes to
+// store_dabb_linux.go, of store_unix.go to store_unix_dabb.go, of
+// svc_linux.go to store_svc_dabb_linux.go.
+func outputName(iface, src string, constrained bool) string {
+	lower := strings.ToLower(iface)
+	if !constrained {
+		return lower + "_dabb.go"
+	}
+	src = strings.TrimSuffix(src, ".go")
+	stem, rest, dot := strings.Cut(src, ".") // go/build reads the suffix before the first dot
+	if dot {
+		rest = "." + rest
+	}
+	suffix := osArchSuffix(stem)
+	base := strings.TrimSuffix(stem, suffix)
+	if l := strings.ToLower(base); l != lower && !strings.HasPrefix(l, lower+"_") {
+		base = lower + "_" + base
+	}
+	return base + "_dabb" + suffix + rest + ".go"
 }
 
 // and returns x && y, either of which may be nil.

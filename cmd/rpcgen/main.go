@@ -70,18 +70,13 @@
 //
 //	-type    names of the interfaces, comma-separated; required
 //	-output  output file; default <dir>/<lowercase type>_dabb.go, one file
-//	         per type. With -output, all types go into that one file (a
-//	         relative name is relative to the working directory).
+//	         per type (see "Build constraints" for a type declared in a
+//	         file with one). With -output, all types go into that one file
+//	         (a relative name is relative to the working directory).
 //	-dir     directory of the package to read; default "." (the package
 //	         of the file go generate runs for; $GOFILE is not needed)
 //	-tags    build tags to apply when loading the package, comma-separated
 //	         (or space-separated, as the go command also accepts)
-//
-// The generated file builds exactly where the files declaring its interfaces
-// do: it carries their build constraints, those of their //go:build lines
-// (or // +build lines) and those their names imply (svc_linux.go builds only
-// on Linux), combined into one //go:build line; its own name has no _GOOS or
-// _GOARCH suffix.
 //
 // Rpcgen reads the package with the go command, so run it inside the module
 // that holds the package. It ignores the code of files it wrote earlier, so a
@@ -107,6 +102,33 @@
 // and github.com/dabbrpc/dabb/proxy, the protobuf codec
 // github.com/dabbrpc/dabb/codec/proto, and the packages of the messages; it
 // stops compiling against a runtime too old for it.
+//
+// # Build constraints
+//
+// The generated file builds exactly where the files declaring its interfaces
+// do: it carries their build constraints, those of their //go:build lines
+// (or // +build lines) and those their names imply (svc_linux.go builds only
+// on Linux), combined into one //go:build line.
+//
+// An interface declared in a file with a build constraint may be declared
+// again, for other builds, in other files: store_linux.go and
+// store_windows.go, which go generate reads each under its own GOOS. So
+// that each declaration gets a file of its own, the default name of the
+// file generated for such an interface is derived from the name of the file
+// declaring it too, and a _GOOS, _GOARCH or _GOOS_GOARCH suffix of that
+// name stays last:
+//
+//	Store in store.go (no constraint)          store_dabb.go
+//	Store in store_linux.go                    store_dabb_linux.go
+//	Store in store_windows_amd64.go            store_dabb_windows_amd64.go
+//	Store in store_unix.go (//go:build unix)   store_unix_dabb.go
+//	Store in svc_linux.go                      store_svc_dabb_linux.go
+//
+// Older versions of rpcgen named these files <lowercase type>_dabb.go as
+// well. A run without -output that finds, in the build it loads, a file
+// generated earlier for one of its interfaces under another name reports it
+// and writes nothing, so that the file is deleted rather than left to
+// declare the same names a second time.
 package main
 
 import (
@@ -144,7 +166,7 @@ func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rpcgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	typeNames := fs.String("type", "", "comma-separated list of interface names; required")
-	output := fs.String("output", "", "output file name; default <dir>/<lowercase type>_dabb.go, one per type")
+	output := fs.String("output", "", "output file name; default <dir>/<lowercase type>_dabb.go, one per type, with the source file's name in it when that file has a build constraint")
 	dir := fs.String("dir", ".", "directory of the package to read")
 	tags := fs.String("tags", "", "comma-separated list of build tags to apply")
 	fs.Usage = func() {
@@ -245,12 +267,17 @@ func generate(cfg config, output string) ([]outFile, error) {
 	} else {
 		written := map[string]string{}
 		for _, s := range svcs {
-			name := strings.ToLower(s.iface) + "_dabb.go"
+			name := outputName(s.iface, s.file, pkg.constraints[s.file] != nil)
 			if other, ok := written[name]; ok {
 				return nil, fmt.Errorf("rpcgen: types %s and %s would both be written to %s; generate them into one file with -output", other, s.iface, name)
 			}
 			written[name] = s.iface
 			files = append(files, outFile{path: filepath.Join(pkg.dir, name), svcs: []*service{s}})
+		}
+	}
+	if output == "" {
+		if err := checkStale(pkg, files); err != nil {
+			return nil, err
 		}
 	}
 	pkg.kept = keptNames(pkg, svcs, files)
@@ -263,6 +290,32 @@ func generate(cfg config, output string) ([]outFile, error) {
 		}
 	}
 	return files, nil
+}
+
+// checkStale fails when a file rpcgen wrote earlier in the package, in the
+// build as loaded, holds code generated for an interface of files but is
+// not one of them: left in place, it would declare the names of that code a
+// second time. This is what an output of an older rpcgen, which named the
+// file of an interface declared under a build constraint as it names the
+// others, looks like beside the file that replaces it.
+func checkStale(pkg *pkgInfo, files []outFile) error {
+	var errs errList
+	for _, name := range slices.Sorted(maps.Keys(pkg.generated)) {
+		path := filepath.Join(pkg.dir, name)
+		if slices.ContainsFunc(files, func(f outFile) bool { return sameFile(f.path, path) }) {
+			continue
+		}
+		was, _ := headerInterfaces(pkg.generated[name])
+		for _, f := range files {
+			for _, s := range f.svcs {
+				if slices.Contains(was, s.iface) {
+					errs.add(fmt.Errorf("rpcgen: type %s: this run writes it to %s, but %s, in the same build, holds code generated earlier for it, so both would declare its names; delete %s if it is stale, or write %s there with -output",
+						s.iface, filepath.Base(f.path), path, name, s.iface))
+				}
+			}
+		}
+	}
+	return errs.err()
 }
 
 // keptNames returns the package-level names declared by the files rpcgen
