@@ -537,7 +537,14 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 	var sent error
 	var sentAddr string
 	var sentAttempt int
+	// withdrawn is the retry budget's withdrawal for the retry about to
+	// be made (0: none): refunded when that retry never goes out.
+	var withdrawn int64
 	final := func(err error) error {
+		if withdrawn != 0 {
+			c.budget.refund(withdrawn)
+			withdrawn = 0
+		}
 		if sent != nil && errors.Is(err, transport.ErrNotSent) {
 			call.Addr, call.Attempt = sentAddr, sentAttempt
 			return sent
@@ -565,6 +572,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 			}
 			return c.noInstance(ctx, call.Service, perr)
 		}
+		withdrawn = 0 // the retry goes out
 		if ntried < maxTried {
 			tried[ntried] = in.Addr
 			ntried++
@@ -578,9 +586,11 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 		if !errors.Is(err, transport.ErrNotSent) {
 			sent, sentAddr, sentAttempt = err, call.Addr, call.Attempt
 		}
-		if !c.retryable(ctx, call, err, attempt, policy) {
+		ok, sec := c.retryable(ctx, call, err, attempt, policy)
+		if !ok {
 			return final(err)
 		}
+		withdrawn = sec
 		if pause := policy.backoff(attempt); pause > 0 {
 			if time.Until(call.Deadline) <= pause+time.Millisecond {
 				return final(err)
@@ -602,21 +612,24 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 // maxTried bounds the addresses a call remembers to avoid on retries.
 const maxTried = 8
 
-// retryable decides whether a failed attempt is tried again.
-func (c *Client) retryable(ctx context.Context, call *Call, err error, attempt int, p *RetryPolicy) bool {
+// retryable decides whether a failed attempt is tried again; when it is,
+// sec is the retry budget's withdrawal, to be refunded if the retry never
+// goes out.
+func (c *Client) retryable(ctx context.Context, call *Call, err error, attempt int, p *RetryPolicy) (ok bool, sec int64) {
 	if call.FailFast || attempt >= p.MaxAttempts || ctx.Err() != nil || time.Until(call.Deadline) < time.Millisecond {
-		return false
+		return false, 0
 	}
 	switch classify(err) {
 	case notActed:
 	case unknown:
 		if !call.Idempotent {
-			return false
+			return false, 0
 		}
 	default:
-		return false
+		return false, 0
 	}
-	return c.budget.withdraw()
+	sec, ok = c.budget.withdraw()
+	return ok, sec
 }
 
 // attempt sends one attempt to call.Addr through its breaker and reports

@@ -76,18 +76,27 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 	hedge := func(failed error) {
 		hedgedYet = true
 		status := protocol.StatusServerTimeout
+		var sec int64
 		if failed != nil {
-			if !c.retryable(ctx, call, failed, 1, &c.opts.retry) {
+			var ok bool
+			if ok, sec = c.retryable(ctx, call, failed, 1, &c.opts.retry); !ok {
 				return
 			}
 			status = protocol.StatusOf(failed)
-		} else if c.opts.retry.MaxAttempts < 2 || time.Until(call.Deadline) < time.Millisecond || !c.budget.withdraw() {
-			return
+		} else {
+			if c.opts.retry.MaxAttempts < 2 || time.Until(call.Deadline) < time.Millisecond {
+				return
+			}
+			var ok bool
+			if sec, ok = c.budget.withdraw(); !ok {
+				return
+			}
 		}
 		// Picked last: a pick whose attempt never starts would stay
 		// counted in flight by the balancer.
 		in, done, err := st.bal.PickExcept(ctx, call.HashKey, []string{first.Addr})
 		if err != nil {
+			c.budget.refund(sec) // the backup never goes out
 			nowhere = true
 			return // nowhere else to go: wait for the first
 		}

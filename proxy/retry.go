@@ -145,11 +145,12 @@ func (b *retryBudget) bucket(now int64) *budgetBucket {
 // call records a call made at now (Unix seconds).
 func (b *retryBudget) call(now int64) { b.bucket(now).calls.Add(1) }
 
-// withdraw reports whether a retry is allowed now, and counts it if so.
+// withdraw reports whether a retry is allowed now, and counts it if so;
+// sec identifies the withdrawal for refund.
 //
 // The retry is counted first and taken back when it is over the limit, so
 // concurrent withdrawals see each other and never overshoot together.
-func (b *retryBudget) withdraw() bool {
+func (b *retryBudget) withdraw() (sec int64, ok bool) {
 	now := time.Now().Unix()
 	mine := b.bucket(now)
 	mine.retries.Add(1)
@@ -163,7 +164,18 @@ func (b *retryBudget) withdraw() bool {
 	}
 	if float64(retries) > float64(calls)*b.ratio+float64(b.floor) {
 		mine.retries.Add(-1)
-		return false
+		return 0, false
 	}
-	return true
+	return now, true
+}
+
+// refund takes back a withdrawal made at sec whose retry never went out
+// (no instance to send it to, or no time left after the backoff), so
+// retries that did not happen do not use up the budget of those that can.
+// A withdrawal whose second has left the window is gone already.
+func (b *retryBudget) refund(sec int64) {
+	k := &b.buckets[sec%budgetBuckets]
+	if k.sec.Load() == sec {
+		k.retries.Add(-1)
+	}
 }

@@ -50,7 +50,7 @@ func TestRetryBudget(t *testing.T) {
 	}
 	allowed := 0
 	for range 1000 {
-		if b.withdraw() {
+		if _, ok := b.withdraw(); ok {
 			allowed++
 		}
 	}
@@ -61,7 +61,7 @@ func TestRetryBudget(t *testing.T) {
 	f := newRetryBudget(0.1, 5)
 	allowed = 0
 	for range 100 {
-		if f.withdraw() {
+		if _, ok := f.withdraw(); ok {
 			allowed++
 		}
 	}
