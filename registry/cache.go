@@ -58,7 +58,10 @@ type CacheConfig struct {
 	// 500 ms. A caller with less time left tries the snapshot after half
 	// of it. When neither answers, the lookup fails with ErrUnavailable,
 	// and so do later lookups of the service, at once, until the registry
-	// lists it (the cache keeps trying meanwhile).
+	// lists it (the cache keeps trying meanwhile). The error says why:
+	// the failed watch attempt's error, or, when none has failed yet,
+	// that the registry could not be reached (a backend implementing
+	// [Reachability] knows) or did not answer within InitialTimeout.
 	InitialTimeout time.Duration
 	// MinRetryDelay and MaxRetryDelay bound the backoff between watch
 	// attempts while the registry is unreachable; defaults 100 ms, 10 s.
@@ -298,6 +301,7 @@ func (c *Cache) load(service string) ([]Instance, error) {
 	if ins, ok := c.fromSnapshot(e); ok {
 		return ins, nil
 	}
+	noAnswer := c.noAnswer()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if st := e.state.Load(); st != nil {
@@ -305,10 +309,22 @@ func (c *Cache) load(service string) ([]Instance, error) {
 	}
 	lastErr := e.lastErr
 	if lastErr == nil {
-		lastErr = fmt.Errorf("no answer within %v", c.cfg.InitialTimeout)
+		lastErr = noAnswer
 	}
 	e.gaveUp = fmt.Errorf("registry: cache: no instances of %s known: %w (%w) and no snapshot holds them", service, ErrUnavailable, lastErr)
 	return nil, e.gaveUp
+}
+
+// noAnswer says why a watch attempt that has not failed gave no list
+// within InitialTimeout: the registry cannot be reached, when the backend
+// can tell (Reachability), else it is slow to answer.
+func (c *Cache) noAnswer() error {
+	if r, ok := c.r.(Reachability); ok {
+		if err := r.Unreachable(); err != nil {
+			return fmt.Errorf("the registry could not be reached in %v: %w", c.cfg.InitialTimeout, err)
+		}
+	}
+	return fmt.Errorf("no answer within %v", c.cfg.InitialTimeout)
 }
 
 // refusal returns the error of a registry that refused the service, for

@@ -66,6 +66,23 @@ type Registry interface {
 	Close() error
 }
 
+// Reachability is an optional interface of a Registry whose client keeps
+// a connection (or session) to the registry and knows, without asking it,
+// whether it can reach it. The etcd and ZooKeeper clients retry on their
+// own, so a call to a registry that refuses connections does not fail
+// before its deadline: a [Cache] whose first lookup of a service got no
+// answer within InitialTimeout asks Unreachable, so that its error tells
+// an unreachable registry from a slow one. registry/zk and registry/etcd
+// implement it.
+type Reachability interface {
+	// Unreachable returns an error wrapping ErrUnavailable, naming the
+	// registry's addresses, when the client cannot reach the registry
+	// now (its connection broke, or its attempts to connect fail); nil
+	// when it is connected, or cannot tell. It does no I/O and returns
+	// at once.
+	Unreachable() error
+}
+
 // Watcher follows the instances of one service.
 type Watcher interface {
 	// Next blocks until the set of instances differs from the one it

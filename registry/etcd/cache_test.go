@@ -1,6 +1,8 @@
 package etcd
 
 import (
+	"errors"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -83,5 +85,91 @@ func TestCacheAcrossOutage(t *testing.T) {
 	})
 	if c1.Stale(svc) {
 		t.Error("Stale = true after etcd came back")
+	}
+}
+
+// firstLookup makes a new cache's first lookup of a new service through r
+// and returns its error, which must wrap registry.ErrUnavailable.
+func firstLookup(t *testing.T, r *Registry, cfg registry.CacheConfig) error {
+	t.Helper()
+	cfg.Logger = quiet
+	c := registry.NewCache(r, cfg)
+	defer c.Close()
+	ins, err := c.Instances(ctxFor(t, 10*time.Second), service(t))
+	if err == nil {
+		t.Fatalf("Instances = %v, want an error", ids(ins))
+	}
+	if !errors.Is(err, registry.ErrUnavailable) {
+		t.Fatalf("Instances = %v, want an error wrapping registry.ErrUnavailable", err)
+	}
+	return err
+}
+
+// TestCacheSaysEtcdUnreachable: the first lookup of a service while etcd
+// refuses connections (stopped after the client had connected, or never
+// there) says that it could not be reached, naming its address: the
+// client retries on its own, so the watch has not failed by then, and "no
+// answer" would not tell an unreachable etcd from a slow one.
+func TestCacheSaysEtcdUnreachable(t *testing.T) {
+	t.Parallel()
+	check := func(t *testing.T, r *Registry, addr string) {
+		t.Helper()
+		// Defaults: RequestTimeout 3 s, InitialTimeout 500 ms.
+		err := firstLookup(t, r, registry.CacheConfig{})
+		msg := err.Error()
+		if !errors.Is(err, ErrUnavailable) || !strings.Contains(msg, "could not be reached") || !strings.Contains(msg, addr) || strings.Contains(msg, "no answer") {
+			t.Fatalf("Instances with etcd at %s refusing connections = %q; want it to say that %s could not be reached (wrapping ErrUnavailable)", addr, msg, addr)
+		}
+		t.Logf("%v", err)
+	}
+	t.Run("stopped", func(t *testing.T) {
+		srv := etcdtest.Start(t)
+		r := newRegistry(t, srv, Config{})
+		w, err := r.Watch(ctxFor(t, 10*time.Second), service(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Stop()
+		srv.Stop()
+		check(t, r, srv.Endpoint())
+	})
+	t.Run("nothing listening", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		r, err := New(Config{Endpoints: []string{addr}, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		check(t, r, addr)
+	})
+}
+
+// TestCacheSaysSilentEtcdDidNotAnswer: with the client connected but etcd
+// not answering (hung, or the path silent), the first lookup says that it
+// did not answer, not that it could not be reached.
+func TestCacheSaysSilentEtcdDidNotAnswer(t *testing.T) {
+	t.Parallel()
+	p := startFreezingProxy(t, etcdtest.Shared(t).Endpoint())
+	// The client's keepalive notices a silent path after 15 s: well after
+	// the lookup.
+	r, err := New(Config{Endpoints: []string{p.addr()}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	w, err := r.Watch(ctxFor(t, 10*time.Second), service(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Stop()
+	p.freeze()
+	err = firstLookup(t, r, registry.CacheConfig{InitialTimeout: 300 * time.Millisecond})
+	if msg := err.Error(); !strings.Contains(msg, "no answer within 300ms") || strings.Contains(msg, "could not be reached") {
+		t.Fatalf("Instances with etcd connected but silent = %q; want it to say there was no answer within 300ms", msg)
 	}
 }

@@ -33,6 +33,9 @@
 // [ErrUnavailable] once; the call after that returns the full set as soon
 // as etcd answers again. Every call is bounded by Config.RequestTimeout, so
 // an etcd that is down makes calls fail, never hang.
+//
+// A Registry implements [registry.Reachability]: a [registry.Cache] whose
+// first lookup got no answer says whether etcd could not be reached.
 package etcd
 
 import (
@@ -173,7 +176,10 @@ type Registry struct {
 	testHookAfterList func(service string)
 }
 
-var _ registry.Registry = (*Registry)(nil)
+var (
+	_ registry.Registry     = (*Registry)(nil)
+	_ registry.Reachability = (*Registry)(nil)
+)
 
 // New returns a registry for the endpoints in cfg. It does no I/O: the
 // client connects on first use.

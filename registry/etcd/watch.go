@@ -350,6 +350,30 @@ func slicesOf(m map[string]registry.Instance) []registry.Instance {
 	return out
 }
 
+// Unreachable implements registry.Reachability: it returns an error
+// wrapping ErrUnavailable, naming the endpoints, when the client's
+// connection to etcd is in TRANSIENT_FAILURE (every endpoint failed), or
+// is trying again after such a failure without having been READY since;
+// nil when it is connected, has not failed yet, or the registry is closed.
+func (r *Registry) Unreachable() error {
+	r.mu.Lock()
+	closed, mon := r.closed, r.conn
+	r.mu.Unlock()
+	if closed {
+		return nil
+	}
+	st := r.cli.ActiveConnection().GetState()
+	down := st == connectivity.TransientFailure
+	if mon != nil && (st == connectivity.Connecting || st == connectivity.Idle) {
+		_, up := mon.state()
+		down = !up
+	}
+	if !down {
+		return nil
+	}
+	return fmt.Errorf("%w: %s unreachable (connection %v)", ErrUnavailable, strings.Join(r.cfg.Endpoints, ","), st)
+}
+
 // connMonitor follows the state of the client's gRPC connection: etcd is
 // unreachable when the connection is in TRANSIENT_FAILURE (every endpoint
 // failed) and reachable again when it is READY.

@@ -87,6 +87,6 @@ func TestCloseCutsStuckHandshake(t *testing.T) {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); took > 3*time.Second {
-		t.Fatalf("Close took %v while a handshake was stuck (cap %v)", took, r.dialer.handshake)
+		t.Fatalf("Close took %v while a handshake was stuck (cap %v)", took, r.dialer.handshakeBound())
 	}
 }

@@ -3,7 +3,6 @@ package zk
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -15,15 +14,17 @@ import (
 )
 
 // proxy forwards TCP connections to a server until cut, simulating a
-// network partition between one client and ZooKeeper.
+// network partition between one client and ZooKeeper, or frozen: then it
+// holds what it reads, and closes nothing, as a server that hangs.
 type proxy struct {
 	l      net.Listener
 	target string
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex // guards following
-	cut   bool
-	conns map[net.Conn]struct{}
+	mu     sync.Mutex // guards following
+	cut    bool
+	conns  map[net.Conn]struct{}
+	thawed chan struct{} // closed unless frozen
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -32,7 +33,8 @@ func startProxy(t *testing.T, target string) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{l: l, target: target, conns: make(map[net.Conn]struct{})}
+	p := &proxy{l: l, target: target, conns: make(map[net.Conn]struct{}), thawed: make(chan struct{})}
+	close(p.thawed)
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() {
@@ -75,13 +77,45 @@ func (p *proxy) accept() {
 
 func (p *proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.waitThawed() {
+				break
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	dst.Close()
 	src.Close()
 	p.mu.Lock()
 	delete(p.conns, dst)
 	delete(p.conns, src)
 	p.mu.Unlock()
+}
+
+// waitThawed waits while the proxy is frozen; false once it is cut.
+func (p *proxy) waitThawed() bool {
+	for {
+		p.mu.Lock()
+		cut, thawed := p.cut, p.thawed
+		p.mu.Unlock()
+		if cut {
+			return false
+		}
+		select {
+		case <-thawed:
+			return true
+		default:
+		}
+		<-thawed // Cut thaws too
+	}
 }
 
 // Cut closes every forwarded connection and refuses new ones.
@@ -91,6 +125,33 @@ func (p *proxy) Cut() {
 	p.cut = true
 	for c := range p.conns {
 		c.Close()
+	}
+	p.thawLocked()
+}
+
+// Freeze makes the proxy hold what it reads until Thaw, closing nothing.
+func (p *proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+		p.thawed = make(chan struct{})
+	default:
+	}
+}
+
+// Thaw forwards again, what was held first.
+func (p *proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.thawLocked()
+}
+
+func (p *proxy) thawLocked() {
+	select {
+	case <-p.thawed:
+	default:
+		close(p.thawed)
 	}
 }
 

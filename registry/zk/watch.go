@@ -73,7 +73,7 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 	if r.down {
 		// The session was lost after the read, and has been down for
 		// long enough already.
-		w.outage()
+		w.outage(r.SessionTimeout())
 	}
 	r.wg.Add(1)
 	go w.run(conn, first.events)
@@ -102,9 +102,9 @@ type watcher struct {
 
 // Next returns the current set the first time, then blocks until the set
 // differs from the one it last returned. When the session has been down
-// for the session timeout it returns an error wrapping ErrNoSession once;
-// the next call returns the full set once the session is back and the set
-// has been read again.
+// for the session timeout ZooKeeper granted it returns an error wrapping
+// ErrNoSession once; the next call returns the full set once the session
+// is back and the set has been read again.
 func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 	for {
 		if w.ctx.Err() != nil {
@@ -143,8 +143,9 @@ func (w *watcher) Stop() {
 }
 
 // outage marks the set as out of date, for Next to report, and makes run
-// read it again once the session is back.
-func (w *watcher) outage() {
+// read it again once the session is back. The session has been down for
+// timeout, the session timeout.
+func (w *watcher) outage(timeout time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.synced {
@@ -152,7 +153,7 @@ func (w *watcher) outage() {
 	}
 	w.synced = false
 	w.outages++
-	w.down = fmt.Errorf("zk: watching %s: %w for %v (session timeout)", w.service, ErrNoSession, w.r.cfg.SessionTimeout)
+	w.down = fmt.Errorf("zk: watching %s: %w for %v (session timeout)", w.service, ErrNoSession, timeout)
 	close(w.changed)
 	w.changed = make(chan struct{})
 	select {

@@ -36,11 +36,15 @@
 // [Config.RequestTimeout] passes, so a ZooKeeper that is down makes calls
 // fail, never hang. A watcher keeps its last set while ZooKeeper is
 // unreachable and resumes when the session is back. When the session has
-// been down for [Config.SessionTimeout] (by then ZooKeeper has expired it,
-// unless only this client was cut off, and the set may have changed
-// unseen), Next returns an error wrapping [ErrNoSession], and so
-// registry.ErrUnavailable, once; the call after that returns the full set
-// as soon as a session is back and the set has been read again.
+// been down for the session timeout ZooKeeper granted
+// ([Registry.SessionTimeout]; by then ZooKeeper has expired it, unless
+// only this client was cut off, and the set may have changed unseen), Next
+// returns an error wrapping [ErrNoSession], and so registry.ErrUnavailable,
+// once; the call after that returns the full set as soon as a session is
+// back and the set has been read again.
+//
+// A Registry implements [registry.Reachability]: a [registry.Cache] whose
+// first lookup got no answer says whether ZooKeeper could not be reached.
 package zk
 
 import (
@@ -88,13 +92,16 @@ type Config struct {
 	// Prefix is the root under which services live; default
 	// registry.DefaultPrefix, "/services".
 	Prefix string
-	// SessionTimeout is the session timeout asked of ZooKeeper, which
-	// bounds it by its own min and max (by default 2 and 20 ticks);
-	// default 10 s. An instance whose owner dies disappears after it.
-	// Divided by the number of servers, it also bounds each connection
-	// handshake, so a server that accepts connections but does not answer
-	// delays the move to the next one by that much at most. A watcher
-	// reports an outage once the session has been down for that long.
+	// SessionTimeout is the session timeout asked of ZooKeeper; default
+	// 10 s. ZooKeeper grants one within its minSessionTimeout and
+	// maxSessionTimeout (by default 2 and 20 ticks), which
+	// [Registry.SessionTimeout] returns once a session is established:
+	// an instance whose owner dies disappears after the one granted, and
+	// a watcher reports an outage once the session has been down for it.
+	// Divided by the number of servers, the timeout (asked for, then
+	// granted) also bounds each connection handshake, so a server that
+	// accepts connections but does not answer delays the move to the next
+	// one by that much at most.
 	SessionTimeout time.Duration
 	// RequestTimeout bounds each call (Register, Deregister, Watch) when
 	// its context has no earlier deadline, the wait for a session
@@ -130,8 +137,8 @@ type Registry struct {
 	repairs  map[string]int               // node paths for the guard → failed attempts
 	watchers map[*watcher]struct{}
 	live     bool        // the client has a session (as of its last session event)
-	down     bool        // the session has been down for SessionTimeout: watchers reported it
-	downAt   *time.Timer // reports the outage to the watchers once the session has been down for SessionTimeout
+	down     bool        // the session has been down for the session timeout: watchers reported it
+	downAt   *time.Timer // reports the outage to the watchers once the session has been down for the session timeout
 	downs    int         // counts session losses; downAt reports only the latest
 
 	// Goroutines: the session event reader, the keeper, the guard, watchers and
@@ -153,7 +160,10 @@ type dial struct {
 	err  error
 }
 
-var _ registry.Registry = (*Registry)(nil)
+var (
+	_ registry.Registry     = (*Registry)(nil)
+	_ registry.Reachability = (*Registry)(nil)
+)
 
 // New returns a Registry for cfg. It does no I/O: the connection to
 // ZooKeeper is made on first use.
@@ -212,6 +222,40 @@ func New(cfg Config) (*Registry, error) {
 
 // Config returns the configuration in use, defaults filled in.
 func (r *Registry) Config() Config { return r.cfg }
+
+// SessionTimeout returns the session timeout ZooKeeper granted for the
+// current session (or the latest one), which may differ from the one
+// Config.SessionTimeout asked for; before the first session, the one asked
+// for. ZooKeeper expires a session it has not heard from for that long,
+// and the registry times its outage reports by it.
+func (r *Registry) SessionTimeout() time.Duration {
+	if t := r.dialer.sessionTimeout(); t > 0 {
+		return t
+	}
+	return r.cfg.SessionTimeout
+}
+
+// Unreachable implements registry.Reachability: it returns an error
+// wrapping ErrNoSession, and so registry.ErrUnavailable, naming the
+// servers and why, when the client has no connection to ZooKeeper and
+// its latest one broke (the server closed it or went silent) or its
+// latest attempt to connect failed; nil when it is connected (with or
+// without a session yet), has not tried yet, or is closed.
+func (r *Registry) Unreachable() error {
+	r.mu.Lock()
+	conn, closed := r.conn, r.closed
+	r.mu.Unlock()
+	if conn == nil || closed {
+		return nil
+	}
+	switch st := conn.State(); st {
+	case zk.StateDisconnected, zk.StateConnecting:
+		if err := r.dialer.lastFailure(); err != nil {
+			return fmt.Errorf("%w: %s unreachable: %w", ErrNoSession, strings.Join(r.cfg.Servers, ","), err)
+		}
+	}
+	return nil
+}
 
 // NodePath returns the path of an instance's node: <prefix>/<service>/<id>.
 func (r *Registry) NodePath(service, id string) string {
@@ -566,7 +610,9 @@ func (r *Registry) onEvent(ev zk.Event) {
 		r.live = false
 		r.downs++
 		n := r.downs
-		r.downAt = time.AfterFunc(r.cfg.SessionTimeout, func() { r.outage(n) })
+		// ZooKeeper expires the session after the timeout it granted,
+		// not the one asked for.
+		r.downAt = time.AfterFunc(r.SessionTimeout(), func() { r.outage(n) })
 	}
 	r.mu.Unlock()
 	if ev.State == zk.StateHasSession {
@@ -588,10 +634,11 @@ func (r *Registry) outage(n int) {
 		ws = append(ws, w)
 	}
 	r.mu.Unlock()
+	timeout := r.SessionTimeout()
 	r.log.Warn("no session with ZooKeeper for the session timeout; watchers report an outage and keep their last sets",
-		"servers", strings.Join(r.cfg.Servers, ","), "session_timeout", r.cfg.SessionTimeout, "watchers", len(ws))
+		"servers", strings.Join(r.cfg.Servers, ","), "session_timeout", timeout, "watchers", len(ws))
 	for _, w := range ws {
-		w.outage()
+		w.outage(timeout)
 	}
 }
 
@@ -616,6 +663,10 @@ func (r *Registry) readEvents(conn *zk.Conn, events <-chan zk.Event) {
 		switch ev.State {
 		case zk.StateHasSession:
 			id := conn.SessionID()
+			if granted := r.SessionTimeout(); id != session && granted != r.cfg.SessionTimeout {
+				r.log.Info("ZooKeeper granted a session timeout other than the one asked for; using it",
+					"session", sessionHex(id), "session_timeout", granted, "asked", r.cfg.SessionTimeout)
+			}
 			switch {
 			case session == 0:
 				r.log.Debug("session established", "session", sessionHex(id), "server", ev.Server)
