@@ -554,10 +554,11 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 	}
 	if (req.Attachments != nil || req.IdempotencyKey != "") && transport.Request(ctx) != req {
 		// A one-way request without a budget is served with the server's
-		// base context, which does not carry the request: carry it here.
-		// Every other handler context answers transport.Request itself,
-		// so reading attachments costs no context per call.
-		ctx = context.WithValue(ctx, requestKey{}, req)
+		// base context, which does not carry the request: carry what
+		// Attachments and IdempotencyKey read here. Every other handler
+		// context answers transport.RequestMetadata itself, so reading
+		// attachments costs no context per call.
+		ctx = context.WithValue(ctx, metadataKey{}, &metadata{req.Attachments, req.IdempotencyKey})
 	}
 	d := s.decoders.Get().(*decoder)
 	d.codec, d.data, d.method = c, req.Payload, m.Name
@@ -633,33 +634,39 @@ func (d *decoder) decode(v any) error {
 	return nil
 }
 
-type requestKey struct{}
+// metadata is what a one-way request's context carries of it.
+type metadata struct {
+	attachments    map[string]string
+	idempotencyKey string
+}
 
-// request returns the request being served with ctx, or nil.
-func request(ctx context.Context) *protocol.Message {
-	if m, ok := ctx.Value(requestKey{}).(*protocol.Message); ok {
-		return m
+type metadataKey struct{}
+
+// requestMetadata returns the attachments and idempotency key of the
+// request ctx was made for.
+func requestMetadata(ctx context.Context) (map[string]string, string) {
+	if m, ok := ctx.Value(metadataKey{}).(*metadata); ok {
+		return m.attachments, m.idempotencyKey
 	}
-	return transport.Request(ctx)
+	attachments, key, _ := transport.RequestMetadata(ctx)
+	return attachments, key
 }
 
 // Attachments returns the attachments the caller sent with the request
 // being served (trace ids, auth), or nil. The idempotency key and the
 // timeout are not among them: see IdempotencyKey and ctx.Deadline. The map
-// belongs to the request: read it during the call, copy what you keep.
+// is the request's own and stays valid on a context kept after the call;
+// read it, do not modify it.
 func Attachments(ctx context.Context) map[string]string {
-	if m := request(ctx); m != nil {
-		return m.Attachments
-	}
-	return nil
+	attachments, _ := requestMetadata(ctx)
+	return attachments
 }
 
 // IdempotencyKey returns the idempotency key of the request being served:
 // every attempt of one client call carries the same key, so a handler can
-// use it to recognise a retry. Empty when the caller sent none.
+// use it to recognise a retry. Empty when the caller sent none. A context
+// kept after the call still answers with its own request's key.
 func IdempotencyKey(ctx context.Context) string {
-	if m := request(ctx); m != nil {
-		return m.IdempotencyKey
-	}
-	return ""
+	_, key := requestMetadata(ctx)
+	return key
 }

@@ -3,13 +3,14 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/dabbrpc/dabb/protocol"
 )
 
-func newHandlerCtx(t *testing.T, d time.Duration) (*handlerCtx, context.CancelFunc) {
+func newTestCtx(t *testing.T, d time.Duration) (*handlerCtx, context.CancelFunc) {
 	t.Helper()
 	base, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -29,7 +30,7 @@ func isClosed(ch <-chan struct{}) bool {
 
 func TestHandlerCtx(t *testing.T) {
 	t.Run("deadline via Done", func(t *testing.T) {
-		c, _ := newHandlerCtx(t, 20*time.Millisecond)
+		c, _ := newTestCtx(t, 20*time.Millisecond)
 		if d, ok := c.Deadline(); !ok || d != c.deadline {
 			t.Errorf("Deadline() = %v, %v", d, ok)
 		}
@@ -46,7 +47,7 @@ func TestHandlerCtx(t *testing.T) {
 		}
 	})
 	t.Run("deadline via Err only", func(t *testing.T) {
-		c, _ := newHandlerCtx(t, -time.Millisecond)
+		c, _ := newTestCtx(t, -time.Millisecond)
 		if !errors.Is(c.Err(), context.DeadlineExceeded) {
 			t.Fatalf("Err past the deadline = %v", c.Err())
 		}
@@ -55,7 +56,7 @@ func TestHandlerCtx(t *testing.T) {
 		}
 	})
 	t.Run("server close", func(t *testing.T) {
-		c, closeBase := newHandlerCtx(t, time.Hour)
+		c, closeBase := newTestCtx(t, time.Hour)
 		done := c.Done()
 		closeBase()
 		waitFor(t, done, "cancellation by the base context")
@@ -64,14 +65,14 @@ func TestHandlerCtx(t *testing.T) {
 		}
 	})
 	t.Run("base already closed", func(t *testing.T) {
-		c, closeBase := newHandlerCtx(t, time.Hour)
+		c, closeBase := newTestCtx(t, time.Hour)
 		closeBase()
 		if !errors.Is(c.Err(), context.Canceled) || !isClosed(c.Done()) {
 			t.Errorf("Err = %v, Done closed = %v; want Canceled and closed", c.Err(), isClosed(c.Done()))
 		}
 	})
 	t.Run("handler returned", func(t *testing.T) {
-		c, _ := newHandlerCtx(t, time.Hour)
+		c, _ := newTestCtx(t, time.Hour)
 		c.cancel(context.Canceled)
 		if !errors.Is(c.Err(), context.Canceled) || !isClosed(c.Done()) {
 			t.Errorf("after return: Err = %v, Done closed = %v", c.Err(), isClosed(c.Done()))
@@ -82,7 +83,7 @@ func TestHandlerCtx(t *testing.T) {
 		}
 	})
 	t.Run("derived contexts", func(t *testing.T) {
-		c, _ := newHandlerCtx(t, time.Hour)
+		c, _ := newTestCtx(t, time.Hour)
 		child, cancelChild := context.WithCancel(c)
 		defer cancelChild()
 		timed, cancelTimed := context.WithTimeout(c, time.Hour)
@@ -100,7 +101,7 @@ func TestHandlerCtx(t *testing.T) {
 		}
 	})
 	t.Run("AfterFunc", func(t *testing.T) {
-		c, _ := newHandlerCtx(t, time.Hour)
+		c, _ := newTestCtx(t, time.Hour)
 		ran := make(chan struct{})
 		context.AfterFunc(c, func() { close(ran) })
 		never := context.AfterFunc(c, func() { t.Error("a stopped AfterFunc ran") })
@@ -117,7 +118,7 @@ func TestHandlerCtx(t *testing.T) {
 		}
 	})
 	t.Run("no values", func(t *testing.T) {
-		c, _ := newHandlerCtx(t, time.Hour)
+		c, _ := newTestCtx(t, time.Hour)
 		if v := c.Value("k"); v != nil {
 			t.Errorf("Value = %v", v)
 		}
@@ -127,8 +128,7 @@ func TestHandlerCtx(t *testing.T) {
 func TestHandlerCtxNoDeadline(t *testing.T) {
 	base, closeBase := context.WithCancel(context.Background())
 	defer closeBase()
-	var c handlerCtx
-	c.init(base, time.Time{}, nil)
+	c := newHandlerCtx(base, time.Time{}, &protocol.Message{})
 	defer c.cancel(context.Canceled)
 	if d, ok := c.Deadline(); ok || !d.IsZero() {
 		t.Errorf("Deadline() = %v, %v; want none", d, ok)
@@ -153,43 +153,46 @@ func TestHandlerCtxNoDeadline(t *testing.T) {
 	}
 }
 
-func TestServerCallReusesUnarmedCtx(t *testing.T) {
-	base, closeBase := context.WithCancel(context.Background())
-	defer closeBase()
-	tests := []struct {
-		name  string
-		use   func(ctx context.Context)
-		reuse bool
-	}{
-		{"unused", func(context.Context) {}, true},
-		{"Err and Deadline", func(ctx context.Context) { _ = ctx.Err(); _, _ = ctx.Deadline() }, true},
-		{"Done", func(ctx context.Context) { _ = ctx.Done() }, false},
-		{"derived context", func(ctx context.Context) {
-			_, cancel := context.WithCancel(ctx)
-			defer cancel()
-		}, false},
-		{"AfterFunc", func(ctx context.Context) { context.AfterFunc(ctx, func() {}) }, false},
+// TestKeptHandlerCtx: a handler's context kept past the call (for work
+// that goes on after the answer) stays cancelled and keeps answering for
+// its own request, whatever the server serves next; Request answers nil
+// once the handler returned, since the message is reused.
+func TestKeptHandlerCtx(t *testing.T) {
+	type keptCtx struct{ ctx, detached context.Context }
+	kept := make(chan keptCtx, 1)
+	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		_ = ctx.Err() // read, never armed: the kind a server could be tempted to reuse
+		kept <- keptCtx{ctx, context.WithoutCancel(ctx)}
+	}), ServerConfig{})
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	call := func(key, trace string) {
+		req := newRequest("x")
+		req.IdempotencyKey = key
+		req.Attachments = map[string]string{"trace": trace}
+		resp, err := p.RoundTrip(testCtx(t), ts.addr, req)
+		if err != nil {
+			t.Fatalf("RoundTrip: %v", err)
+		}
+		p.Release(resp)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			for _, deadline := range []time.Time{{}, time.Now().Add(time.Hour)} {
-				call := &serverCall{ctx: new(handlerCtx)}
-				ctx := call.ctx
-				ctx.init(base, deadline, nil)
-				tt.use(ctx)
-				ctx.cancel(context.Canceled) // ServeRPC returned
-				call.reuseCtx()
-				if got := call.ctx == ctx; got != tt.reuse {
-					t.Errorf("deadline %v: context kept for reuse: %v, want %v", !deadline.IsZero(), got, tt.reuse)
-				}
-				if tt.reuse {
-					ctx.init(base, time.Time{}, nil)
-					if ctx.Err() != nil || ctx.finished || ctx.armed {
-						t.Errorf("init left state behind: err %v, finished %v, armed %v", ctx.Err(), ctx.finished, ctx.armed)
-					}
-				}
-			}
-		})
+	call("first", "t-1")
+	first := waitFor(t, kept, "the first handler")
+	for i := range 3 {
+		call(fmt.Sprintf("later-%d", i), fmt.Sprintf("t-later-%d", i))
+		waitFor(t, kept, "a later handler")
+	}
+	if err := first.ctx.Err(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Err of a handler context kept past its call = %v; want context.Canceled", err)
+	}
+	attach, key, ok := RequestMetadata(first.detached)
+	if !ok || key != "first" || attach["trace"] != "t-1" {
+		t.Errorf("RequestMetadata of a kept context = %v, %q, %v; want its own request's trace t-1 and key first", attach, key, ok)
+	}
+	if r := Request(first.detached); r != nil {
+		t.Errorf("Request of a context kept past its call = %p (service %q); want nil", r, r.Service)
+	}
+	if _, _, ok := RequestMetadata(context.Background()); ok {
+		t.Error("RequestMetadata(context.Background()) reports a request")
 	}
 }
 

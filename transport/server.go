@@ -609,8 +609,10 @@ type serverCall struct {
 	req  protocol.Message
 	resp protocol.Message
 	// ctx is the handler's context for a two-way request or one with a
-	// budget (others get the server's base context); nil until needed,
-	// and dropped after a call whose handler armed it (see reuseCtx).
+	// budget (others get the server's base context); new for every call,
+	// since a handler may keep it (context.WithoutCancel, a goroutine
+	// started for write-behind work) and it must stay cancelled and keep
+	// answering for its own request.
 	ctx *handlerCtx
 	// cancelled is set, under sc.callsMu, when the client sent the cancel
 	// event for this call.
@@ -638,7 +640,7 @@ func putServerCall(call *serverCall) {
 	}
 	call.resp.Reset()
 	call.resp.Payload = payload
-	call.reuseCtx()
+	call.ctx = nil
 	call.cancelled.Store(false)
 	serverCallPool.Put(call)
 }
@@ -647,24 +649,6 @@ func putServerCall(call *serverCall) {
 // capacities end at the same byte).
 func sameArray(a, b []byte) bool {
 	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
-}
-
-// reuseCtx keeps call.ctx for the next call only if its handler never
-// armed it (no Done channel, timer, base watch or AfterFunc was made):
-// then nothing outside the finished call can hold on to its state. An
-// armed one is left to the garbage collector, so a derived context or a
-// stop function kept past the call never sees another call's context.
-func (call *serverCall) reuseCtx() {
-	c := call.ctx
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	armed := c.armed
-	c.mu.Unlock()
-	if armed {
-		call.ctx = nil
-	}
 }
 
 // serve is the connection's reader goroutine.
@@ -794,10 +778,7 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		if req.Timeout > 0 {
 			deadline = time.Now().Add(req.Timeout)
 		}
-		if call.ctx == nil {
-			call.ctx = new(handlerCtx)
-		}
-		call.ctx.init(s.base, deadline, req)
+		call.ctx = newHandlerCtx(s.base, deadline, req)
 	}
 	if twoWay {
 		// Tracked here, on the reader goroutine, so a cancel read after
@@ -980,6 +961,7 @@ func (call *serverCall) finish() {
 			sc.callsMu.Unlock()
 		}
 		ctx.cancel(context.Canceled)
+		ctx.req.Store(nil) // the message is pooled below: Request answers nil from now on
 	}
 	s.slots.Add(-1) // before the answer: see Server.slots
 	// No response goes to a caller that gave up (the cancel event), nor
@@ -1043,17 +1025,22 @@ func (s *Server) invoke(ctx context.Context, req, resp *protocol.Message) {
 
 // handlerCtx is a handler's context when its request is two-way or came
 // with a budget: the server's base context (closed by Close), the
-// deadline if any, and cancellation by the client's cancel event. It
-// costs no allocation while the handler does not arm it: the channel, the
-// deadline timer and the watch on the base context are set up only if
-// Done (or AfterFunc, which derived contexts use) is called, and Err
-// reads the clock until then; an unarmed context is reused by the next
-// call (serverCall.reuseCtx). It is cancelled with context.Canceled when
-// ServeRPC returns, like net/http's request context.
+// deadline if any, and cancellation by the client's cancel event. It is
+// one allocation per call; the channel, the deadline timer and the watch
+// on the base context are set up only if Done (or AfterFunc, which
+// derived contexts use) is called, and Err reads the clock until then.
+// It is cancelled with context.Canceled when ServeRPC returns, like
+// net/http's request context, and stays so.
 type handlerCtx struct {
-	base     context.Context   // cancelled by the server's Close
-	deadline time.Time         // zero: none
-	req      *protocol.Message // the request being served (Request)
+	base     context.Context // cancelled by the server's Close
+	deadline time.Time       // zero: none
+	// req is the request being served (Request), nil once the handler
+	// returned: the message goes back to a pool then.
+	req atomic.Pointer[protocol.Message]
+	// What the context keeps of its request for good (RequestMetadata):
+	// the decoded attachment map is the request's own, never reused.
+	attachments    map[string]string
+	idempotencyKey string
 
 	mu       sync.Mutex // guards the fields below
 	done     chan struct{}
@@ -1065,9 +1052,11 @@ type handlerCtx struct {
 	afters   []*afterFunc
 }
 
-// init readies c for a new call serving req; c must not be in use.
-func (c *handlerCtx) init(base context.Context, deadline time.Time, req *protocol.Message) {
-	*c = handlerCtx{base: base, deadline: deadline, req: req}
+func newHandlerCtx(base context.Context, deadline time.Time, req *protocol.Message) *handlerCtx {
+	c := &handlerCtx{base: base, deadline: deadline,
+		attachments: req.Attachments, idempotencyKey: req.IdempotencyKey}
+	c.req.Store(req)
+	return c
 }
 
 type afterFunc struct{ f func() }
@@ -1084,15 +1073,14 @@ var _ context.Context = (*handlerCtx)(nil)
 // Deadline returns the request's deadline, if it came with a budget.
 func (c *handlerCtx) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
 
-// requestKey is the context key under which a handler's context answers
-// with its request (see Request).
-type requestKey struct{}
+// handlerCtxKey is the context key under which a handler's context
+// answers with itself (Request, RequestMetadata).
+type handlerCtxKey struct{}
 
-// Value answers requestKey with the request being served; it carries no
-// other values.
+// Value answers handlerCtxKey with c; it carries no other values.
 func (c *handlerCtx) Value(key any) any {
-	if _, ok := key.(requestKey); ok {
-		return c.req
+	if _, ok := key.(handlerCtxKey); ok {
+		return c
 	}
 	return nil
 }
@@ -1100,12 +1088,28 @@ func (c *handlerCtx) Value(key any) any {
 // Request returns the request a handler's ctx (or a context derived from
 // it) was made for, or nil: a server gives a handler such a context for
 // every two-way request and every request with a budget, which lets
-// layers above read the request's attachments without wrapping the
-// context in a new value per call. Like ctx itself, the message is valid
-// only until the handler returns.
+// layers above read the request without wrapping the context in a new
+// value per call. The message is valid only until the handler returns;
+// after that Request returns nil (the message is reused). What a context
+// kept past the call may still read is RequestMetadata.
 func Request(ctx context.Context) *protocol.Message {
-	m, _ := ctx.Value(requestKey{}).(*protocol.Message)
-	return m
+	if c, ok := ctx.Value(handlerCtxKey{}).(*handlerCtx); ok {
+		return c.req.Load()
+	}
+	return nil
+}
+
+// RequestMetadata returns the attachments and the idempotency key of the
+// request a handler's ctx (or a context derived from it) was made for;
+// ok is false for a context that is not one. Unlike Request, they stay
+// valid after the handler returns, for a context kept for work that goes
+// on (the map is the request's own: read it, do not modify it).
+func RequestMetadata(ctx context.Context) (attachments map[string]string, idempotencyKey string, ok bool) {
+	c, ok := ctx.Value(handlerCtxKey{}).(*handlerCtx)
+	if !ok {
+		return nil, "", false
+	}
+	return c.attachments, c.idempotencyKey, true
 }
 
 // Done returns a channel closed at the deadline, on server close, on the
