@@ -15,8 +15,9 @@ const fuzzLimit = 4 << 10
 
 // FuzzReadMessage feeds arbitrary bytes to ReadMessage. It must never
 // panic, fail only with the documented errors, and a message it accepts
-// must survive AppendMessage and a second read unchanged. The seed corpus
-// in testdata/fuzz/FuzzReadMessage holds real frames.
+// must survive AppendMessage and a second read unchanged, within
+// MaxAttachments. The seed corpus in testdata/fuzz/FuzzReadMessage holds
+// real frames, and frames at and over the attachment limit.
 func FuzzReadMessage(f *testing.F) {
 	f.Add(encode(typical()))
 	f.Add(protocol.AppendHeartbeat(nil, 1))
@@ -35,6 +36,9 @@ func FuzzReadMessage(f *testing.F) {
 		n := m.Header.BodyLen()
 		if n > fuzzLimit || int(n) > len(data)-protocol.HeaderLen {
 			t.Fatalf("accepted a body of %d bytes from %d bytes of input, limit %d", n, len(data), fuzzLimit)
+		}
+		if err := protocol.CheckAttachments(&m); err != nil {
+			t.Fatalf("accepted a message a sender may not send: %v", err)
 		}
 
 		// A Reader (interning names) reads the same message.

@@ -83,15 +83,79 @@ func (m *Message) Err() error {
 // ErrMalformed is reported after the whole frame was consumed, so the
 // stream is still in step and the header (m.Header) names the request to
 // answer with StatusBadRequest.
+//
+// ErrTooManyAttachments is what [CheckAttachments] reports for a message
+// over [MaxAttachments]; a read of such a frame fails with an error that
+// matches both it and ErrMalformed.
 var (
-	ErrBadMagic     = errors.New("protocol: bad magic")
-	ErrBodyTooLarge = errors.New("protocol: body too large")
-	ErrMalformed    = errors.New("protocol: malformed body")
+	ErrBadMagic           = errors.New("protocol: bad magic")
+	ErrBodyTooLarge       = errors.New("protocol: body too large")
+	ErrMalformed          = errors.New("protocol: malformed body")
+	ErrTooManyAttachments = errors.New("protocol: too many attachments")
 )
+
+// MaxAttachments is the most attachments one request or response may
+// carry on the wire, the timeout and idempotency key included. A frame
+// whose attachment count says more is malformed, refused before any of
+// them is decoded; [CheckAttachments] lets a sender find out first.
+//
+// Without a bound of its own the count was limited only by the body (two
+// bytes a pair at least), and a decoded pair costs far more than its wire
+// bytes: a map entry, and a string for a key or value of more than one
+// byte. An 8 MiB body of distinct 3-byte keys with empty values decoded
+// into 1.7 million entries: 176 MiB allocated, 85 MiB of it kept, and
+// about a second of CPU on the connection's reader, per frame. 1024 such
+// entries take about 100 KiB (allocated, and kept while the message
+// lives) and 0.1 ms to decode (protocol/attachments_test.go measures
+// it). Keys and values are copied once out of the body, so a decoded
+// message holds at most about twice its body plus those 100 KiB, and no
+// bound on the attachments' total bytes is needed: the body limit
+// ([DefaultMaxBody]) bounds them, as in Dubbo's own protocol, whose
+// attachments are a map inside the body bounded by its payload limit.
+//
+// 1024 is generous for trace ids, auth tokens and baggage: gRPC-Java and
+// gRPC core refuse metadata over 8 KiB and Dubbo's triple protocol headers
+// over 32 KiB, where HTTP/2 counts each entry as 32 bytes besides its name
+// and value, so at most 256 and 1024 entries; gRPC-Go allows 16 MiB.
+const MaxAttachments = 1024
+
+// CheckAttachments returns an error wrapping ErrTooManyAttachments when m
+// would carry more than MaxAttachments attachments on the wire (its map,
+// plus the timeout and the idempotency key when set), else nil. A receiver
+// refuses such a frame as malformed, so a sender checks before writing;
+// AppendMessage and AppendFrameHead do not check and encode it as asked.
+func CheckAttachments(m *Message) error {
+	if m.Header.Flags().IsEvent() {
+		return nil
+	}
+	if n := wireAttachments(m); n > MaxAttachments {
+		return fmt.Errorf("%w: %d, limit %d", ErrTooManyAttachments, n, MaxAttachments)
+	}
+	return nil
+}
+
+// wireAttachments is the attachment count appendHead writes for m.
+func wireAttachments(m *Message) int {
+	n := len(m.Attachments)
+	if _, dup := m.Attachments[AttachTimeout]; dup {
+		n--
+	}
+	if m.Timeout != 0 {
+		n++
+	}
+	if m.IdempotencyKey != "" {
+		n++
+		if _, dup := m.Attachments[AttachIdempotencyKey]; dup {
+			n--
+		}
+	}
+	return n
+}
 
 // AppendMessage appends m encoded as a frame to dst and returns the result.
 // The magic and body length are filled in; the rest of m.Header is used as
-// set. Event frames are written with m.Payload as their whole body.
+// set. Event frames are written with m.Payload as their whole body. It does
+// not check [MaxAttachments]: see [CheckAttachments].
 func AppendMessage(dst []byte, m *Message) []byte {
 	start := len(dst)
 	dst = appendHead(dst, m)
@@ -121,23 +185,14 @@ func BodyLen(m *Message) int {
 	}
 	str := func(l int) int { return uvarintLen(uint64(l)) + l }
 	n += str(len(m.Service)) + str(len(m.Method))
-	count := len(m.Attachments)
-	if _, dup := m.Attachments[AttachTimeout]; dup {
-		count--
-	}
 	if m.Timeout != 0 {
-		count++
 		var num [20]byte
 		n += str(len(AttachTimeout)) + str(len(strconv.AppendInt(num[:0], timeoutMillis(m.Timeout), 10)))
 	}
 	if m.IdempotencyKey != "" {
-		count++
-		if _, dup := m.Attachments[AttachIdempotencyKey]; dup {
-			count--
-		}
 		n += str(len(AttachIdempotencyKey)) + str(len(m.IdempotencyKey))
 	}
-	n += uvarintLen(uint64(count))
+	n += uvarintLen(uint64(wireAttachments(m)))
 	for k, v := range m.Attachments {
 		if k == AttachTimeout || (k == AttachIdempotencyKey && m.IdempotencyKey != "") {
 			continue
@@ -180,20 +235,7 @@ func appendHead(dst []byte, m *Message) []byte {
 	}
 	dst = appendString(dst, m.Service)
 	dst = appendString(dst, m.Method)
-	n := len(m.Attachments)
-	if _, dup := m.Attachments[AttachTimeout]; dup {
-		n--
-	}
-	if m.Timeout != 0 {
-		n++
-	}
-	if m.IdempotencyKey != "" {
-		n++
-		if _, dup := m.Attachments[AttachIdempotencyKey]; dup {
-			n--
-		}
-	}
-	dst = binary.AppendUvarint(dst, uint64(n))
+	dst = binary.AppendUvarint(dst, uint64(wireAttachments(m)))
 	if m.Timeout != 0 {
 		dst = appendString(dst, AttachTimeout)
 		var num [20]byte
@@ -328,7 +370,7 @@ func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte
 		return nil
 	}
 	if err := m.decodeBody(buf, intern); err != nil {
-		return fmt.Errorf("%w: request id %d: %v", ErrMalformed, m.Header.ID(), err)
+		return fmt.Errorf("%w: request id %d: %w", ErrMalformed, m.Header.ID(), err)
 	}
 	return nil
 }
@@ -402,6 +444,9 @@ func (m *Message) decodeBody(b []byte, intern func([]byte) string) error {
 		return fmt.Errorf("attachment count: %w", errShort)
 	}
 	b = b[k:]
+	if count > MaxAttachments {
+		return fmt.Errorf("%w: %d, limit %d", ErrTooManyAttachments, count, MaxAttachments)
+	}
 	if count > uint64(len(b)/2) { // each pair takes at least two bytes
 		return fmt.Errorf("attachment count %d exceeds the body", count)
 	}
@@ -426,10 +471,11 @@ func (m *Message) decodeBody(b []byte, intern func([]byte) string) error {
 			continue
 		}
 		if m.Attachments == nil {
-			// count is the peer's word: a hint of at most 8, so a frame
-			// that claims millions of empty pairs cannot make the map
-			// reserve for them.
-			m.Attachments = make(map[string]string, min(count, 8))
+			// count is at most MaxAttachments: reserving for all of
+			// them costs no more than that many distinct keys would,
+			// even when the peer repeats one pair, and saves growing
+			// the map step by step.
+			m.Attachments = make(map[string]string, count)
 		}
 		m.Attachments[makeString(key, intern)] = string(val)
 	}
