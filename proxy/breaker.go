@@ -247,16 +247,24 @@ func instanceFailure(err error) bool {
 // announced its shutdown (guarded).
 var errDraining = errors.New("proxy: the address is shutting down")
 
-// excludedFromBreaker reports errors that say nothing of the instance
-// either way: the caller gave up, the budget was spent before sending, or
-// the address announced its shutdown.
+// excludedFromBreaker reports errors that say nothing new of the
+// instance's health: the caller gave up, the budget was spent before
+// sending, the address announced its shutdown, the dial backoff refused
+// the attempt without touching the network (the dial that failed was
+// counted), or the server shed the call (100: it is overloaded, not
+// failing, and answers at once; opening its breaker would turn a load
+// spike into an outage of the instance, the only one of a small service.
+// The balancer still routes away from it: see shedding).
 func excludedFromBreaker(err error) bool {
-	if errors.Is(err, errDraining) {
+	if errors.Is(err, errDraining) || errors.Is(err, transport.ErrDialBackoff) {
 		return true
 	}
 	pe := asError(err)
-	if pe == nil || pe.Remote {
+	if pe == nil {
 		return false
+	}
+	if pe.Remote {
+		return pe.Status == protocol.StatusServerThreadpoolExhausted
 	}
 	return pe.Status == protocol.StatusClientError ||
 		pe.Status == protocol.StatusClientTimeout && errors.Is(err, transport.ErrNotSent)

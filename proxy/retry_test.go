@@ -98,7 +98,10 @@ func TestBreakerClasses(t *testing.T) {
 		{"success", nil, false, false},
 		{"application error", &protocol.Error{Status: protocol.StatusServiceError, Remote: true}, false, false},
 		{"server error", &protocol.Error{Status: protocol.StatusServerError, Remote: true}, true, false},
-		{"overloaded", &protocol.Error{Status: protocol.StatusServerThreadpoolExhausted, Remote: true}, true, false},
+		// A shed call counts for the balancer (failure) but not for the breaker.
+		{"overloaded", &protocol.Error{Status: protocol.StatusServerThreadpoolExhausted, Remote: true}, true, true},
+		{"dial backoff", &protocol.Error{Status: protocol.StatusChannelInactive,
+			Err: fmt.Errorf("%w: %w: dial refused", transport.ErrNotSent, transport.ErrDialBackoff)}, true, true},
 		{"connection refused", &protocol.Error{Status: protocol.StatusChannelInactive, Err: transport.ErrNotSent}, true, false},
 		{"timed out after sending", &protocol.Error{Status: protocol.StatusServerTimeout}, true, false},
 		{"caller gave up", &protocol.Error{Status: protocol.StatusClientError}, false, true},

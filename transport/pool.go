@@ -19,6 +19,12 @@ import (
 // budget spent before writing): it is safe to retry anywhere.
 var ErrNotSent = errors.New("transport: request not sent")
 
+// ErrDialBackoff is wrapped, with ErrNotSent, by the error of a request
+// refused because its address's last dial failed moments ago and the next
+// is not due yet: nothing touched the network, so it repeats what that
+// dial's failure said and is no new evidence about the address.
+var ErrDialBackoff = errors.New("transport: dial backoff")
+
 // ErrClosed reports a closed Pool or connection.
 var ErrClosed = errors.New("transport: closed")
 
@@ -660,7 +666,7 @@ func (e *endpoint) slowConn(ctx context.Context, i int, start time.Time, budget 
 			if other != nil {
 				return other, nil
 			}
-			return nil, notSent(protocol.StatusChannelInactive, "dial backoff: "+e.addr, err)
+			return nil, notSent(protocol.StatusChannelInactive, "not dialing "+e.addr+" again yet", fmt.Errorf("%w: %w", ErrDialBackoff, err))
 		}
 		if !e.p.goTracked() {
 			e.mu.Unlock()

@@ -496,7 +496,9 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 // server starts a transport server on loopback: method "Fail" answers
 // with a service error, "Busy" with status 100, anything else with a
 // StockReply.
-func server(t *testing.T, busyAll bool) string {
+// server starts a server whose handler answers OK (failing method Fail
+// with 70), or with status failAll to every call when it is not zero.
+func server(t *testing.T, failAll protocol.Status) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -505,9 +507,9 @@ func server(t *testing.T, busyAll bool) string {
 	quiet := slog.New(slog.DiscardHandler)
 	srv := transport.NewServer(transport.HandlerFunc(func(_ context.Context, req, resp *protocol.Message) {
 		switch {
-		case busyAll:
-			resp.Header.SetStatus(busy)
-			resp.Payload = append(resp.Payload[:0], "test: busy"...)
+		case failAll != 0:
+			resp.Header.SetStatus(failAll)
+			resp.Payload = append(resp.Payload[:0], "test: failed"...)
 		case req.Method == "Fail":
 			resp.Header.SetStatus(protocol.StatusServiceError)
 			resp.Payload = append(resp.Payload[:0], "test: failed"...)
@@ -540,7 +542,7 @@ func newClient(t *testing.T, obs proxy.Observer, addrs []string, opts ...proxy.O
 func TestEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	addr := server(t, false)
+	addr := server(t, 0)
 	reg := prom.NewRegistry()
 	obs, err := dabbprom.New(reg)
 	if err != nil {
@@ -571,7 +573,15 @@ func TestEndToEnd(t *testing.T) {
 func TestEndToEndRetryAndBreaker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	good, bad := server(t, false), server(t, true)
+	// Nothing listens at bad: a refused dial counts for the breaker and,
+	// not sent, is retried. (A 100 is retried but does not count.)
+	good := server(t, 0)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := l.Addr().String()
+	l.Close()
 	reg := prom.NewRegistry()
 	obs, err := dabbprom.New(reg)
 	if err != nil {
@@ -592,9 +602,9 @@ func TestEndToEndRetryAndBreaker(t *testing.T) {
 	}
 	check(t, reg, []sample{
 		{name: attempts, labels: labels{"service": svc, "method": "M", "instance": good, "status": "ok"}, value: calls},
-		{name: attempts, labels: labels{"service": svc, "method": "M", "instance": bad, "status": "server threadpool exhausted"}, value: 1},
+		{name: attempts, labels: labels{"service": svc, "method": "M", "instance": bad, "status": "channel inactive"}, value: 1},
 		{name: durations, labels: labels{"service": svc, "method": "M"}, value: calls + 1},
-		{name: retries, labels: labels{"service": svc, "method": "M", "reason": "server threadpool exhausted"}, value: 1},
+		{name: retries, labels: labels{"service": svc, "method": "M", "reason": "channel inactive"}, value: 1},
 		{name: state, labels: labels{"instance": bad}, value: 2},
 		{name: transitions, labels: labels{"instance": bad, "to": "open"}, value: 1},
 		{name: state, labels: labels{"instance": good}, absent: true},
