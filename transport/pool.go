@@ -214,6 +214,11 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 		return nil, notSent(protocol.StatusClientError,
 			fmt.Sprintf("request payload of %d bytes is over MaxBody (%d)", n, p.cfg.MaxBody), protocol.ErrBodyTooLarge)
 	}
+	if req.Attachments != nil {
+		if err := protocol.CheckAttachments(req); err != nil {
+			return nil, notSent(protocol.StatusClientError, "request over the attachment limit", err)
+		}
+	}
 	// start stays zero on the fast path: a ready connection writes at
 	// once, and the budget is req.Timeout whole. Waiting for a connection
 	// counts against it.

@@ -984,6 +984,14 @@ func (call *serverCall) finish() {
 			resp.Header.SetStatus(protocol.StatusBadResponse)
 			resp.Attachments, resp.IdempotencyKey = nil, ""
 			resp.Payload = fmt.Appendf(resp.Payload[:0], "response of %d bytes is over the server's MaxBody (%d)", n, s.cfg.MaxBody)
+		} else if err := protocol.CheckAttachments(resp); err != nil {
+			// The client would refuse the frame as malformed and close
+			// the connection under every call on it.
+			s.log.Warn("transport: response with too many attachments; answering 50 instead",
+				"service", req.Service, "method", req.Method, "err", err)
+			resp.Header.SetStatus(protocol.StatusBadResponse)
+			resp.Attachments, resp.IdempotencyKey = nil, ""
+			resp.Payload = fmt.Appendf(resp.Payload[:0], "response not sent: %v", err)
 		}
 		// A large response waits for the socket at most until the
 		// request's deadline: its caller has given up by then, and a
