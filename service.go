@@ -37,7 +37,8 @@ type ServiceDesc struct {
 	// "<package>.<Interface>" unless //dabb:service says otherwise.
 	Name string
 	// HandlerType is a nil pointer to the service interface, used to
-	// check that an implementation satisfies it.
+	// check that an implementation satisfies it; nil skips the check.
+	// RegisterService refuses any other type with an error.
 	HandlerType any
 	// Methods lists the methods.
 	Methods []MethodDesc
@@ -58,7 +59,11 @@ func newService(desc *ServiceDesc, impl any) (*service, error) {
 		return nil, fmt.Errorf("dabb: register service %s: nil implementation", desc.Name)
 	}
 	if desc.HandlerType != nil {
-		want := reflect.TypeOf(desc.HandlerType).Elem()
+		ht := reflect.TypeOf(desc.HandlerType)
+		if ht.Kind() != reflect.Pointer || ht.Elem().Kind() != reflect.Interface {
+			return nil, fmt.Errorf("dabb: register service %s: HandlerType is a %v, want a nil pointer to the service interface, such as (*Inventory)(nil)", desc.Name, ht)
+		}
+		want := ht.Elem()
 		if got := reflect.TypeOf(impl); !got.Implements(want) {
 			return nil, fmt.Errorf("dabb: register service %s: %v does not implement %v", desc.Name, got, want)
 		}
