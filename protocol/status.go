@@ -11,10 +11,13 @@ import (
 // Requests carry 0.
 //
 // Who makes 30, 31 and 35 matters: made by the client itself, 30 says the
-// request was never sent, so the server did nothing; 31 and 35 say it was
-// sent and the server may have acted. A 31 received from a dabb server says
-// the opposite: the budget was spent before the handler ran, so nothing was
-// done. [Error.Remote] tells the two apart.
+// request was never sent, so the server did nothing, and 31 says it was
+// sent and the server may have acted; a 35 may be either (no connection,
+// or a connection lost after sending): errors.Is(err,
+// transport.ErrNotSent) tells, and is the test to use before retrying a
+// call that is not idempotent, whatever the status. A 31 received from a
+// dabb server says the opposite: the budget was spent before the handler
+// ran, so nothing was done. [Error.Remote] tells the two apart.
 type Status byte
 
 const (

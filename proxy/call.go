@@ -16,6 +16,14 @@ type Caller interface {
 
 // Call is one call on its way through the client's middlewares. It is valid
 // only until Invoke returns; a middleware must not keep it.
+//
+// A middleware may change what the balancing stage reads after it:
+// Deadline (to shorten or extend the budget), Attachments, HashKey,
+// FailFast, Hedge and Idempotent. Timeout is informational by then: the
+// Deadline was computed from it before the first middleware ran, and
+// changing it has no effect. A middleware's own error (one it returns
+// without calling next) reaches the caller as the cause of a local 90
+// (31 for a deadline), so errors.Is still finds it.
 type Call struct {
 	// Service and Method name the remote method.
 	Service, Method string
@@ -24,7 +32,9 @@ type Call struct {
 	Req, Resp any
 	// Idempotent says the method is safe to run more than once.
 	Idempotent bool
-	// Timeout is the call's timeout after every override.
+	// Timeout is the call's timeout after every override. Deadline was
+	// made from it before the middlewares ran: set Deadline to change
+	// the budget.
 	Timeout time.Duration
 	// Deadline is when the call's whole budget runs out: the earlier of
 	// the context's deadline and the start plus Timeout. Every attempt

@@ -274,11 +274,33 @@ func (c *Client) Invoke(ctx context.Context, service, method string, req, resp a
 		err = &protocol.Error{Status: protocol.StatusClientError, Msg: "codec " + c.opts.codec,
 			Err: fmt.Errorf("%w: %w", transport.ErrNotSent, c.codecEr)}
 	default:
-		err = c.invoke(ctx, call)
+		if err = c.invoke(ctx, call); err != nil {
+			err = asCallError(err)
+		}
 	}
 	*call = Call{Attachments: call.Attachments}
 	c.calls.Put(call)
 	return err
+}
+
+// asCallError makes every error a call returns a *protocol.Error, as the
+// package promises: one a middleware made of its own becomes the cause of
+// a local 90 (or 31, at a deadline; the call may have been sent before
+// the middleware failed it), so errors.As finds a status and errors.Is
+// still finds the middleware's own error.
+func asCallError(err error) error {
+	if _, ok := err.(*protocol.Error); ok {
+		return err
+	}
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	status := protocol.StatusClientError
+	if errors.Is(err, context.DeadlineExceeded) {
+		status = protocol.StatusServerTimeout
+	}
+	return &protocol.Error{Status: status, Err: err}
 }
 
 // Instances returns the instances of service the client currently knows,
