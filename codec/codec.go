@@ -83,24 +83,34 @@ func ByID(id byte) (Codec, error) {
 			return c, nil
 		}
 	}
-	if pkg, ok := knownIDs[id]; ok {
-		return nil, fmt.Errorf("%w: id %d: import _ %q to enable it", ErrUnknown, id, pkg)
+	for _, k := range known {
+		if k.id == id {
+			return nil, fmt.Errorf("%w: id %d: import _ %q to enable it", ErrUnknown, id, k.pkg)
+		}
 	}
 	return nil, fmt.Errorf("%w: id %d", ErrUnknown, id)
 }
 
-// knownIDs names the packages of dabb's own codecs, for the error of a
-// process that receives one it did not import.
-var knownIDs = map[byte]string{
-	16: "github.com/dabbrpc/dabb/codec/json",
-	22: "github.com/dabbrpc/dabb/codec/proto",
+// known names the packages of dabb's own codecs, for the error of a
+// process that receives or asks for one it did not import.
+var known = []struct {
+	id        byte
+	name, pkg string
+}{
+	{16, "json", "github.com/dabbrpc/dabb/codec/json"},
+	{22, "proto", "github.com/dabbrpc/dabb/codec/proto"},
 }
 
 // ByName returns the codec registered under name, or an error wrapping
-// ErrUnknown that names it.
+// ErrUnknown that names it (and the package to import, for dabb's own).
 func ByName(name string) (Codec, error) {
 	if c, ok := current.Load().byName[name]; ok {
 		return c, nil
+	}
+	for _, k := range known {
+		if k.name == name {
+			return nil, fmt.Errorf("%w: name %q: import _ %q to enable it", ErrUnknown, name, k.pkg)
+		}
 	}
 	return nil, fmt.Errorf("%w: name %q", ErrUnknown, name)
 }

@@ -193,3 +193,15 @@ func TestUnknownIDNamesItsPackage(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownNameNamesItsPackage: the same for a codec asked for by name
+// (a client's proxy.WithCodec("json") without the import).
+func TestUnknownNameNamesItsPackage(t *testing.T) {
+	_, err := codec.ByName("json")
+	if !errors.Is(err, codec.ErrUnknown) || !strings.Contains(err.Error(), `import _ "github.com/dabbrpc/dabb/codec/json"`) {
+		t.Errorf("ByName(json) = %v; want ErrUnknown naming the codec/json package", err)
+	}
+	if _, err := codec.ByName("yaml"); err == nil || strings.Contains(err.Error(), "import") {
+		t.Errorf("ByName(yaml) = %v; want a plain ErrUnknown", err)
+	}
+}
