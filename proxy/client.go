@@ -309,6 +309,17 @@ func (c *Client) Instances(ctx context.Context, service string) ([]registry.Inst
 	return c.cache.Instances(ctx, service)
 }
 
+// Stale reports whether the client calls service on instances the
+// registry has not confirmed lately (it is unreachable, or they came from
+// the snapshot file): calls go on, and a health check may say so. See
+// registry.Cache.Stale.
+func (c *Client) Stale(service string) bool { return c.cache.Stale(service) }
+
+// Suspect reports whether the instances of service were kept despite a
+// registry answer that would have emptied them (registry.CacheConfig's
+// ProtectEmpty). See registry.Cache.Suspect.
+func (c *Client) Suspect(service string) bool { return c.cache.Suspect(service) }
+
 // serviceState is what the client keeps per service it calls: the
 // balancer, fed by the registry cache.
 type serviceState struct {
