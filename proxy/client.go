@@ -202,6 +202,16 @@ func NewClient(r registry.Registry, opts ...Option) *Client {
 		c.opts.cache.Logger = c.opts.logger
 	}
 	c.codec, c.codecEr = codec.ByName(c.opts.codec)
+	if c.codecEr != nil {
+		c.opts.logger.Error("dabb: every call of this client will fail", "err", c.codecEr)
+	}
+	// A bad balancer name fails the calls of its services (90, not
+	// sent); NewClient has no error to return, so it says so at once.
+	for _, name := range c.balancerNames() {
+		if _, err := balancer.New(name, balancer.Config{}); err != nil {
+			c.opts.logger.Error("dabb: calls to the services using this balancer will fail", "err", err)
+		}
+	}
 	// A server restarted at an address that shut down is a new process:
 	// the old one's breaker history is not its own.
 	onBack := c.opts.transport.OnBack
@@ -223,6 +233,17 @@ func NewClient(r registry.Registry, opts ...Option) *Client {
 	c.reqs.New = func() any { return new(outgoing) }
 	c.invoke = Chain(c.opts.middleware...)(c.run)
 	return c
+}
+
+// balancerNames returns the balancer names the options give, once each.
+func (c *Client) balancerNames() []string {
+	names := []string{c.opts.balancer}
+	for _, n := range c.opts.balancers {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // Close closes the client's connections and watches. Calls in flight fail.

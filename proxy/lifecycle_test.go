@@ -2,8 +2,11 @@ package proxy_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -155,6 +158,32 @@ func TestConfigErrorIsBadRequest(t *testing.T) {
 	if !errors.Is(err, proxy.ErrBadRequest) || errors.Is(err, proxy.ErrUnavailable) || !strings.Contains(err.Error(), `unknown balancer "nope"`) {
 		t.Errorf("call with an unknown balancer = %v; want ErrBadRequest naming it, not ErrUnavailable", err)
 	}
+}
+
+// TestConfigErrorIsLoggedAtOnce: NewClient has no error to return, so a
+// balancer name that does not exist is logged when the client is made,
+// not first found by the calls.
+func TestConfigErrorIsLoggedAtOnce(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: &buf}, nil))
+	c := proxy.NewClient(static.New(), proxy.WithLogger(log), proxy.WithBalancer("p2c", "svc.A"),
+		proxy.WithBalancer("nope", "svc.B"))
+	defer c.Close()
+	if got := buf.String(); !strings.Contains(got, "level=ERROR") || !strings.Contains(got, `unknown balancer \"nope\"`) {
+		t.Errorf("NewClient with an unknown balancer logged %q; want an error naming it", got)
+	}
+}
+
+// syncWriter serialises writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
 
 // drainingServer accepts connections, sends each the read-only event and
