@@ -212,8 +212,8 @@ func (s *Server) swapServices(edit func(map[string]*service) error) error {
 // and returns the error. With WithRegistryCheck(false) it serves at once
 // and publishes in the background instead. If l fails on its
 // own (closed by someone else), Serve withdraws what it published before
-// it returns the error, so clients stop choosing an address nobody
-// answers at.
+// it returns the accept error, so clients stop choosing an address nobody
+// answers at; if that withdrawal fails too, it returns both joined.
 func (s *Server) Serve(l net.Listener) error {
 	adv, err := s.advertised(l.Addr())
 	if err != nil {
@@ -239,9 +239,24 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	if adv != "" && !errors.Is(err, ErrServerClosed) {
 		s.log.Warn("dabb: listener failed; withdrawing its instances", "addr", adv, "err", err)
-		err = errors.Join(err, s.unpublish(adv))
+		err = join(err, s.unpublish(adv))
 	}
 	return err
+}
+
+// join is errors.Join, except that a single non-nil error is returned as
+// itself, not wrapped: a caller comparing it (err == ctx.Err()) sees it.
+func join(errs ...error) error {
+	var one error
+	for _, err := range errs {
+		if err != nil {
+			if one != nil {
+				return errors.Join(errs...)
+			}
+			one = err
+		}
+	}
+	return one
 }
 
 // unreachable reports a publishing error that a later attempt may not
@@ -323,24 +338,30 @@ func (s *Server) ListenAndServe(addr string) error {
 // Each instance's withdrawal takes at most 5 s and the whole at most ctx, so
 // a registry that does not answer leaves the rest of ctx to the drain. When
 // ctx ends first it closes everything, cancels the handlers' contexts and
-// returns ctx.Err() without waiting for handlers that ignore their
-// contexts (see WithWaitForHandlers). Shutdowns and
-// Closes may overlap: the withdrawal runs once and every caller waits for
-// it before it stops the server.
+// returns without waiting for handlers that ignore their contexts (see
+// WithWaitForHandlers). Shutdowns and Closes may overlap: the withdrawal
+// runs once and every caller waits for it before it stops the server.
+//
+// Shutdown returns nil when it withdrew everything and drained in time;
+// ctx.Err() itself when ctx ended first (so err ==
+// context.DeadlineExceeded holds); the withdrawal's error when withdrawing
+// failed; and the two joined when both happened, as when ctx ends during
+// the withdrawal (errors.Is finds each).
 func (s *Server) Shutdown(ctx context.Context) error {
 	werr := s.withdraw(ctx)
-	return errors.Join(werr, s.ts.Shutdown(ctx))
+	return join(werr, s.ts.Shutdown(ctx))
 }
 
 // Close stops the server at once: listeners and connections close and
 // running handlers see their contexts cancelled (it does not wait for them
 // to return unless WithWaitForHandlers). It withdraws published instances
-// first, bounded by a short timeout.
+// first, bounded by a short timeout, and returns the withdrawal's error,
+// or nil.
 func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	werr := s.withdraw(ctx)
-	return errors.Join(werr, s.ts.Close())
+	return join(werr, s.ts.Close())
 }
 
 // advertised returns the address to publish for a listener at addr, ""
@@ -370,7 +391,7 @@ func (s *Server) publishAt(ctx context.Context, adv string) error {
 	for _, svc := range *s.services.Load() {
 		in, err := s.register(ctx, svc, []string{adv})
 		if err != nil {
-			return errors.Join(err, s.deregister(context.Background(), mine))
+			return join(err, s.deregister(context.Background(), mine))
 		}
 		mine = append(mine, in...)
 	}
@@ -405,7 +426,7 @@ func (s *Server) register(ctx context.Context, svc *service, addrs []string) ([]
 					mine = append(mine, in)
 				}
 			}
-			return nil, errors.Join(err, s.deregister(context.Background(), mine))
+			return nil, join(err, s.deregister(context.Background(), mine))
 		}
 		mine = append(mine, in)
 		s.log.Info("dabb: published", "service", svc.name, "addr", adv)
@@ -481,7 +502,7 @@ func (s *Server) deregister(ctx context.Context, ins []registry.Instance) error 
 			errs = append(errs, fmt.Errorf("dabb: withdraw %s at %s: %w", in.Service, in.Addr, err))
 		}
 	}
-	return errors.Join(errs...)
+	return join(errs...)
 }
 
 // advertiseAddr picks the address to publish: the configured one, else the

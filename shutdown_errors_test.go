@@ -1,0 +1,121 @@
+package dabb_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb"
+	"github.com/dabbrpc/dabb/registry"
+)
+
+// joined reports whether err is a multi-error (errors.Join's wrapper).
+func joined(err error) bool {
+	_, ok := err.(interface{ Unwrap() []error })
+	return ok
+}
+
+// TestShutdownReturnsCtxErrItself: a Shutdown whose ctx ends before the
+// drain returns ctx.Err() itself, as its doc says (and as net/http's
+// Shutdown does), so err == context.DeadlineExceeded holds.
+func TestShutdownReturnsCtxErrItself(t *testing.T) {
+	p := newProbe()
+	s, addr := startServer(t, p)
+	c := newClient(t, addr)
+	callDone := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		_, err := call(ctx, c, "block")
+		callDone <- err
+	}()
+	select {
+	case <-p.started:
+	case err := <-callDone:
+		t.Fatalf("call ended before its handler started: %v", err)
+	case <-time.After(testTimeout):
+		t.Fatal("the blocking call never reached its handler")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := s.Shutdown(ctx) // the handler runs until its context is cancelled
+	select {
+	case <-callDone:
+	case <-time.After(testTimeout):
+		t.Fatal("the call did not end after Shutdown closed the server")
+	}
+	if err != context.DeadlineExceeded { // the identity is the point
+		t.Errorf("Shutdown = %v (%T), want context.DeadlineExceeded itself", err, err)
+	}
+}
+
+// deregisterFails is a registry whose Deregister fails with errWithdraw.
+type deregisterFails struct{ *gatedRegistry }
+
+var errWithdraw = errors.New("registry refuses to withdraw")
+
+func (deregisterFails) Deregister(context.Context, registry.Instance) error { return errWithdraw }
+
+// TestShutdownAndCloseReturnWithdrawalErrorItself: when withdrawing fails
+// and nothing else does, Shutdown and Close return the withdrawal's error,
+// not a join wrapping it alone.
+func TestShutdownAndCloseReturnWithdrawalErrorItself(t *testing.T) {
+	for name, stop := range map[string]func(*dabb.Server) error{
+		"Shutdown": func(s *dabb.Server) error { return s.Shutdown(context.Background()) },
+		"Close":    (*dabb.Server).Close,
+	} {
+		t.Run(name, func(t *testing.T) {
+			reg := deregisterFails{newGatedRegistry("")}
+			s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
+			if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+				t.Fatal(err)
+			}
+			_, done := serveGated(t, s)
+			awaitEntered(t, reg.gatedRegistry, "register "+probeDesc.Name)
+			err := stop(s)
+			if !errors.Is(err, errWithdraw) {
+				t.Errorf("%s = %v, want the withdrawal's error", name, err)
+			}
+			if joined(err) {
+				t.Errorf("%s returned %v wrapped in a join of one", name, err)
+			}
+			if err := <-done; err != dabb.ErrServerClosed { // the identity is the point
+				t.Errorf("Serve = %v, want ErrServerClosed", err)
+			}
+		})
+	}
+}
+
+// TestServeReturnsAcceptErrorItself: a Serve whose listener fails under it
+// withdraws its instances and, when that succeeds, returns the accept
+// error alone.
+func TestServeReturnsAcceptErrorItself(t *testing.T) {
+	reg := newGatedRegistry("")
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
+	defer s.Close()
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	awaitEntered(t, reg, "register "+probeDesc.Name)
+	l.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Serve = %v, want the accept error", err)
+		}
+		if joined(err) {
+			t.Errorf("Serve returned %v wrapped in a join of one", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Serve did not return after its listener closed")
+	}
+	awaitEntered(t, reg, "deregister "+probeDesc.Name)
+}
