@@ -17,8 +17,10 @@ import (
 // value means the defaults.
 //
 // A breaker counts only failures that speak of the instance: connection
-// failures, attempts that timed out after sending, status 80 and 100. A
-// method's own error (70) and a call the caller gave up on do not count.
+// failures, attempts that timed out after sending, status 80. A method's
+// own error (70) does not; a call the caller gave up on, a shed call (100:
+// overloaded, not failing), an attempt the dial backoff refused and a
+// failure from an address shutting down count neither way.
 // A timeout counts whichever deadline ended the attempt, the method's or
 // an earlier one on the caller's context: the breaker cannot tell a slow
 // instance from a tight deadline, and an instance that hangs must open its
@@ -114,8 +116,12 @@ func (b *breakers) get(addr string) *instanceHealth {
 			if c.ConsecutiveFailures >= cfg.ConsecutiveFailures {
 				return true
 			}
-			return cfg.FailureRatio > 0 && c.Requests >= cfg.MinRequests &&
-				float64(c.TotalFailures) >= cfg.FailureRatio*float64(c.Requests)
+			// gobreaker counts excluded calls (dial-backoff refusals,
+			// shed calls, callers that gave up) in Requests: the ratio is
+			// over the calls counted either way.
+			counted := c.Requests - c.TotalExclusions
+			return cfg.FailureRatio > 0 && counted >= cfg.MinRequests &&
+				float64(c.TotalFailures) >= cfg.FailureRatio*float64(counted)
 		},
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			h.tripped.Store(to != gobreaker.StateClosed)
