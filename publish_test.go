@@ -52,14 +52,17 @@ func (r *gatedRegistry) wait(ctx context.Context, op string) error {
 }
 
 func (r *gatedRegistry) Register(ctx context.Context, in registry.Instance) error {
-	r.entered <- "register " + in.Service
+	// The outcome is decided before the call reports itself, so a test
+	// that changes refuse on seeing it changes only later calls.
 	r.mu.Lock()
 	refused := in.Service == r.refuse
 	r.mu.Unlock()
+	down := !refused && r.down.Add(-1) >= 0
+	r.entered <- "register " + in.Service
 	if refused {
 		return errors.New("gated: register refused")
 	}
-	if r.down.Add(-1) >= 0 {
+	if down {
 		return fmt.Errorf("gated: %w", registry.ErrUnavailable)
 	}
 	if err := r.wait(ctx, "register"); err != nil {
