@@ -203,8 +203,8 @@ func shutdownDuringPublish(t *testing.T, late bool) {
 	if el := time.Since(start); el > 2*time.Second {
 		t.Errorf("Shutdown took %v with a 300ms context", el)
 	}
-	if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
-		t.Errorf("Serve = %v, want ErrServerClosed", err)
+	if err := <-done; err != dabb.ErrServerClosed {
+		t.Errorf("Serve = %v, want ErrServerClosed itself", err)
 	}
 	if n := reg.count(); n != 0 {
 		t.Errorf("%d instances published after Shutdown", n)

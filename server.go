@@ -106,14 +106,18 @@ type Server struct {
 
 	mu sync.Mutex // serializes RegisterService's copy-on-write of services
 
-	// Registry I/O. pubSem (capacity 1) serializes publishing and the
-	// withdrawal, and waiting for it honours contexts; pubCtx ends when
-	// the withdrawal begins, so a Serve still publishing gives up.
+	// Registry I/O. pubSem (capacity 1) serializes publishing (Serve,
+	// RegisterService, a failed listener's unpublish), and waiting for it
+	// honours contexts. pubCtx ends when the withdrawal begins, so a Serve
+	// or RegisterService still publishing gives up; what it registers
+	// after that it withdraws itself (settle). pubMu guards published,
+	// which nothing joins once pubCtx ended.
 	pubSem    chan struct{}
 	pubCtx    context.Context
 	pubCancel context.CancelFunc
-	published []registry.Instance // guarded by pubSem
-	serving   []string            // advertised addresses of running Serves; guarded by pubSem
+	serving   []string // advertised addresses of running Serves; guarded by pubSem
+	pubMu     sync.Mutex
+	published []registry.Instance // guarded by pubMu
 	// The withdrawal runs once, in the first Shutdown or Close; later
 	// ones wait for it (within their own context) and report its error.
 	withdrawOnce sync.Once
@@ -151,7 +155,10 @@ func NewServer(opts ...Option) *Server {
 // it. Registering the same service name twice is an error. A service
 // registered while the server is serving is published at once at every
 // address it serves (each Register bounded by the registry timeout); if
-// that fails, the service is taken back out and the error returned.
+// that fails, the service is taken back out and the error returned. If
+// Shutdown or Close begins meanwhile, what it published is withdrawn, the
+// service is taken out and the error wraps ErrServerClosed; a service
+// registered once they began is not published.
 func (s *Server) RegisterService(desc *ServiceDesc, impl any) error {
 	svc, err := newService(desc, impl)
 	if err != nil {
@@ -182,11 +189,13 @@ func (s *Server) RegisterService(desc *ServiceDesc, impl any) error {
 		return nil
 	}
 	mine, err := s.register(s.pubCtx, svc, s.serving)
-	if err != nil {
+	if err := s.settle(mine, err); err != nil {
 		_ = s.swapServices(func(m map[string]*service) error { delete(m, svc.name); return nil })
+		if errors.Is(err, ErrServerClosed) {
+			err = fmt.Errorf("dabb: register service %s: shut down while publishing: %w", svc.name, err)
+		}
 		return err
 	}
-	s.published = append(s.published, mine...)
 	return nil
 }
 
@@ -209,7 +218,10 @@ func (s *Server) swapServices(edit func(map[string]*service) error) error {
 // Serve accepts connections on l and serves them until Shutdown or Close,
 // when it returns ErrServerClosed. With a registry, it first publishes every
 // registered service at the advertised address; if that fails it closes l
-// and returns the error. With WithRegistryCheck(false) it serves at once
+// and returns the error. If Shutdown or Close begins while it publishes, it
+// withdraws what it registered (each bounded by the registry timeout) and
+// returns ErrServerClosed, joined with the withdrawal's error if that
+// failed. With WithRegistryCheck(false) it serves at once
 // and publishes in the background instead. If l fails on its
 // own (closed by someone else), Serve withdraws what it published before
 // it returns the accept error, so clients stop choosing an address nobody
@@ -374,9 +386,9 @@ func (s *Server) advertised(addr net.Addr) (string, error) {
 }
 
 // publishAt registers every service at adv, within ctx (the server's
-// publishing context or one derived from it). A failure withdraws what
-// this call registered, so a Serve that fails leaves nothing behind in the
-// registry.
+// publishing context or one derived from it). A failure, or a withdrawal
+// that began meanwhile, withdraws what this call registered (settle), so a
+// Serve that fails or is shut down leaves nothing behind in the registry.
 func (s *Server) publishAt(ctx context.Context, adv string) error {
 	select {
 	case s.pubSem <- struct{}{}:
@@ -388,20 +400,52 @@ func (s *Server) publishAt(ctx context.Context, adv string) error {
 		return ErrServerClosed
 	}
 	var mine []registry.Instance
+	var err error
 	for _, svc := range *s.services.Load() {
-		in, err := s.register(ctx, svc, []string{adv})
-		if err != nil {
-			return join(err, s.deregister(context.Background(), mine))
-		}
+		var in []registry.Instance
+		in, err = s.register(ctx, svc, []string{adv})
 		mine = append(mine, in...)
+		if err != nil {
+			break
+		}
 	}
-	s.published = append(s.published, mine...)
+	if err := s.settle(mine, err); err != nil {
+		return err
+	}
 	s.serving = append(s.serving, adv)
 	return nil
 }
 
+// settle ends a publishing attempt, with pubSem held: mine are the
+// instances it registered (after a failure, with the one whose Register
+// was interrupted, which the registry may still complete, as ZooKeeper's
+// create may), err its error. If it succeeded and the withdrawal has not
+// begun, mine joins the published instances. Otherwise settle withdraws
+// mine itself, each bounded by the registry timeout: a withdrawal that
+// began meanwhile took the published instances without these, or gave up
+// waiting for this attempt, so nobody else would. Once the withdrawal
+// began it returns ErrServerClosed, joined with any error withdrawing mine.
+func (s *Server) settle(mine []registry.Instance, err error) error {
+	s.pubMu.Lock()
+	// The withdrawal ends pubCtx before it takes published under pubMu.
+	closing := s.pubCtx.Err() != nil
+	if err == nil && !closing {
+		s.published = append(s.published, mine...)
+		s.pubMu.Unlock()
+		return nil
+	}
+	s.pubMu.Unlock()
+	derr := s.deregister(context.Background(), mine)
+	if closing {
+		return join(ErrServerClosed, derr)
+	}
+	return join(err, derr)
+}
+
 // register publishes svc at each of the advertised addresses, with pubSem
-// held, within ctx. A failure withdraws what this call registered.
+// held, within ctx. It returns the instances registered; after a failure,
+// with its error, those to withdraw: the ones registered and, if ctx
+// interrupted it, the one whose Register was under way.
 func (s *Server) register(ctx context.Context, svc *service, addrs []string) ([]registry.Instance, error) {
 	var mine []registry.Instance
 	for _, adv := range addrs {
@@ -416,17 +460,13 @@ func (s *Server) register(ctx context.Context, svc *service, addrs []string) ([]
 		err := s.opts.registry.Register(rctx, in)
 		cancel()
 		if err != nil {
-			err = fmt.Errorf("dabb: publish %s at %s: %w", svc.name, adv, err)
-			if ctx.Err() != nil {
-				err = fmt.Errorf("%w (shutting down): %w", ErrServerClosed, err)
-				if errors.Is(err, context.Canceled) {
-					// Interrupted: the registry may finish a Register
-					// its caller gave up on (ZooKeeper's create may), so
-					// withdraw this one too.
-					mine = append(mine, in)
-				}
+			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				// Interrupted: the registry may finish a Register its
+				// caller gave up on (ZooKeeper's create may), so withdraw
+				// this one too.
+				mine = append(mine, in)
 			}
-			return nil, join(err, s.deregister(context.Background(), mine))
+			return mine, fmt.Errorf("dabb: publish %s at %s: %w", svc.name, adv, err)
 		}
 		mine = append(mine, in)
 		s.log.Info("dabb: published", "service", svc.name, "addr", adv)
@@ -438,23 +478,23 @@ func (s *Server) register(ctx context.Context, svc *service, addrs []string) ([]
 // without a Shutdown. If a withdrawal already took them, it does nothing.
 func (s *Server) unpublish(adv string) error {
 	s.pubSem <- struct{}{} // its holders are bounded by the registry timeout
-	var gone []registry.Instance
-	kept := s.published[:0:0]
-	for _, in := range s.published {
-		if in.Addr == adv {
-			gone = append(gone, in)
-		} else {
-			kept = append(kept, in)
-		}
-	}
-	s.published = kept
 	if i := slices.Index(s.serving, adv); i >= 0 {
 		s.serving = slices.Delete(s.serving, i, i+1)
 	}
-	if slices.Contains(s.serving, adv) {
-		// Another Serve advertises the same address and still runs.
-		s.published = append(s.published, gone...)
-		gone = nil
+	var gone []registry.Instance
+	// Unless another Serve advertises the same address and still runs.
+	if !slices.Contains(s.serving, adv) {
+		s.pubMu.Lock()
+		kept := s.published[:0:0]
+		for _, in := range s.published {
+			if in.Addr == adv {
+				gone = append(gone, in)
+			} else {
+				kept = append(kept, in)
+			}
+		}
+		s.published = kept
+		s.pubMu.Unlock()
 	}
 	<-s.pubSem
 	return s.deregister(context.Background(), gone)
@@ -474,21 +514,32 @@ func (s *Server) withdraw(ctx context.Context) error {
 		}
 	}
 	defer close(s.withdrawn)
-	s.pubCancel() // a Serve still publishing gives up and withdraws its own
+	// Publishing still under way gives up, and withdraws what it
+	// registers from now on itself (settle).
+	s.pubCancel()
 	if s.opts.registry == nil {
 		return nil
 	}
+	s.pubMu.Lock()
+	pub := s.published
+	s.published = nil
+	s.pubMu.Unlock()
+	err := s.deregister(ctx, pub)
+	// Wait for that publishing to end, so the server stops once nothing
+	// of it is left in the registry.
 	select {
 	case s.pubSem <- struct{}{}:
-	case <-ctx.Done():
-		s.withdrawErr = fmt.Errorf("dabb: waiting for a Serve to finish publishing: %w", ctx.Err())
-		return s.withdrawErr
+		<-s.pubSem
+	default:
+		select {
+		case s.pubSem <- struct{}{}:
+			<-s.pubSem
+		case <-ctx.Done():
+			err = join(err, fmt.Errorf("dabb: waiting for publishing under way to end and withdraw itself: %w", ctx.Err()))
+		}
 	}
-	pub := s.published
-	s.published, s.serving = nil, nil
-	<-s.pubSem
-	s.withdrawErr = s.deregister(ctx, pub)
-	return s.withdrawErr
+	s.withdrawErr = err
+	return err
 }
 
 // deregister withdraws ins, each bounded by ctx and the registry timeout.

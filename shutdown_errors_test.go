@@ -72,8 +72,15 @@ func TestShutdownAndCloseReturnWithdrawalErrorItself(t *testing.T) {
 			if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
 				t.Fatal(err)
 			}
-			_, done := serveGated(t, s)
+			addr, done := serveGated(t, s)
 			awaitEntered(t, reg.gatedRegistry, "register "+probeDesc.Name)
+			// Serve answers once it has published (a shutdown while it
+			// publishes ends differently: publish_shutdown_test.go).
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			if _, err := call(ctx, newClient(t, addr), "echo"); err != nil {
+				t.Fatalf("a call to the serving server: %v", err)
+			}
 			err := stop(s)
 			if !errors.Is(err, errWithdraw) {
 				t.Errorf("%s = %v, want the withdrawal's error", name, err)
