@@ -574,12 +574,31 @@ func TestShutdownUnderLoad(t *testing.T) {
 		}
 	}
 	ranBefore := p1.ran.Load()
+	// A connection of its own to s1 (opened by a call to no service,
+	// which runs no handler) tells when s1 began shutting down: its
+	// read-only event. A call made earlier could reach s1 before that
+	// and be run by it, as it should.
+	readOnly := make(chan struct{})
+	var once sync.Once
+	watch := transport.NewPool(transport.Config{OnReadOnly: func(string) { once.Do(func() { close(readOnly) }) }})
+	defer watch.Close()
+	m := &protocol.Message{Service: "test.None", Method: "Do", Timeout: time.Second}
+	m.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, 22), 0, 0)
+	if resp, err := watch.RoundTrip(ctx, a1, m); err == nil {
+		watch.Release(resp)
+		t.Fatal("a call to no service succeeded")
+	}
 	shutdownDone := make(chan error, 1)
 	go func() {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		shutdownDone <- s1.Shutdown(sctx)
 	}()
+	select {
+	case <-readOnly:
+	case <-ctx.Done():
+		t.Fatal("s1 sent no read-only event after Shutdown began")
+	}
 	// Keep calling while s1 drains: every call must succeed, on s2 or
 	// after a rejection by s1 that the client retries elsewhere.
 	stop := time.After(400 * time.Millisecond)
