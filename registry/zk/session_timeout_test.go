@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -108,18 +107,6 @@ func TestOutageFollowsGrantedSessionTimeout(t *testing.T) {
 	}
 }
 
-// closedPort returns a loopback address with nothing listening.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // firstLookup makes a new cache's first lookup of a new service through r
 // and returns its error, which the lookup must have.
 func firstLookup(t *testing.T, r *Registry, cfg registry.CacheConfig) error {
@@ -165,7 +152,7 @@ func TestCacheSaysZooKeeperUnreachable(t *testing.T) {
 		check(t, r, srv.Addr())
 	})
 	t.Run("nothing listening", func(t *testing.T) {
-		addr := closedPort(t)
+		addr := deadAddr(t)
 		check(t, newRegistry(t, Config{Servers: []string{addr}}), addr)
 	})
 }
