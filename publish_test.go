@@ -238,7 +238,8 @@ func TestFailedServeWithdrawsWhatItPublished(t *testing.T) {
 
 // TestFailedListenerWithdraws: a listener closed under a running Serve
 // (not by Shutdown) takes its instances out of the registry, so clients
-// stop choosing an address nobody answers at.
+// stop choosing an address nobody answers at, and Serve, the withdrawal
+// having succeeded, returns the accept error alone.
 func TestFailedListenerWithdraws(t *testing.T) {
 	reg := newGatedRegistry("")
 	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
@@ -256,8 +257,11 @@ func TestFailedListenerWithdraws(t *testing.T) {
 	l.Close()
 	select {
 	case err := <-done:
-		if err == nil || errors.Is(err, dabb.ErrServerClosed) {
+		if !errors.Is(err, net.ErrClosed) || errors.Is(err, dabb.ErrServerClosed) {
 			t.Errorf("Serve = %v, want the listener's error", err)
+		}
+		if joined(err) {
+			t.Errorf("Serve returned %v wrapped in a join of one", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after its listener closed")

@@ -3,7 +3,6 @@ package dabb_test
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
@@ -93,36 +92,4 @@ func TestShutdownAndCloseReturnWithdrawalErrorItself(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestServeReturnsAcceptErrorItself: a Serve whose listener fails under it
-// withdraws its instances and, when that succeeds, returns the accept
-// error alone.
-func TestServeReturnsAcceptErrorItself(t *testing.T) {
-	reg := newGatedRegistry("")
-	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
-	defer s.Close()
-	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
-	awaitEntered(t, reg, "register "+probeDesc.Name)
-	l.Close()
-	select {
-	case err := <-done:
-		if !errors.Is(err, net.ErrClosed) {
-			t.Errorf("Serve = %v, want the accept error", err)
-		}
-		if joined(err) {
-			t.Errorf("Serve returned %v wrapped in a join of one", err)
-		}
-	case <-time.After(testTimeout):
-		t.Fatal("Serve did not return after its listener closed")
-	}
-	awaitEntered(t, reg, "deregister "+probeDesc.Name)
 }
