@@ -52,16 +52,10 @@ func TestDialBackoffIsNotCountedAgain(t *testing.T) {
 	defer cancel()
 	dials, backedOff := 0, 0
 	for backedOff < 2*trip {
-		_, err := invoke(ctx, c, proxy.FailFast())
-		switch {
-		case err == nil:
-			t.Fatal("a call to an address nothing listens on succeeded")
-		case errors.Is(err, transport.ErrDialBackoff):
+		if callDead(ctx, t, c) {
 			backedOff++
-		case errors.Is(err, proxy.ErrNotSent) && ctx.Err() == nil:
+		} else {
 			dials++
-		default:
-			t.Fatalf("call to a dead address = %v", err)
 		}
 		if got := c.BreakerState(dead); got != "closed" {
 			if dials >= trip {
@@ -71,4 +65,21 @@ func TestDialBackoffIsNotCountedAgain(t *testing.T) {
 				dials, backedOff, got, trip)
 		}
 	}
+}
+
+// callDead makes one call, with no retry, through c to an address nothing
+// listens on, and reports whether the dial backoff refused it; false means
+// a dial was made and failed.
+func callDead(ctx context.Context, t *testing.T, c *proxy.Client) (backedOff bool) {
+	t.Helper()
+	_, err := invoke(ctx, c, proxy.FailFast())
+	switch {
+	case err == nil:
+		t.Fatal("a call to an address nothing listens on succeeded")
+	case errors.Is(err, transport.ErrDialBackoff):
+		return true
+	case !errors.Is(err, proxy.ErrNotSent) || ctx.Err() != nil:
+		t.Fatalf("call to a dead address = %v", err)
+	}
+	return false
 }
