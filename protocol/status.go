@@ -13,9 +13,9 @@ import (
 // Who makes 30, 31 and 35 matters: made by the client itself, 30 says the
 // request was never sent, so the server did nothing, and 31 says it was
 // sent and the server may have acted; a 35 may be either (no connection,
-// or a connection lost after sending): errors.Is(err,
-// transport.ErrNotSent) tells, and is the test to use before retrying a
-// call that is not idempotent, whatever the status. A 31 received from a
+// or a connection lost after sending): errors.Is(err, ErrNotSent) tells,
+// and is the test to use before retrying a call that is not idempotent,
+// whatever the status. A 31 received from a
 // dabb server says the opposite: the budget was spent before the handler
 // ran, so nothing was done. [Error.Remote] tells the two apart.
 type Status byte
@@ -117,6 +117,10 @@ var (
 	// such a cause; context.Canceled matches the former too). A call in
 	// flight when its client closes fails with its connection (35).
 	ErrCanceled = errors.New("canceled")
+	// ErrNotSent: the request provably never left this process, so the
+	// server did nothing. Safe to retry whatever the method. Matched by
+	// an [*Error] whose NotSent field is set.
+	ErrNotSent = errors.New("request not sent")
 )
 
 // Error is the error type every layer of dabb creates and inspects: a
@@ -127,6 +131,10 @@ type Error struct {
 	// Remote is true when the status arrived in a response from the
 	// peer, false when this process made it.
 	Remote bool
+	// NotSent is true when the request provably never left this process.
+	// errors.Is(err, ErrNotSent) reports it; the message says it, not
+	// Error's format. Build such errors with [NotSent].
+	NotSent bool
 	// Err is the underlying cause, if any (a network error, a context
 	// error); errors.Is and errors.As see through it.
 	Err error
@@ -153,6 +161,28 @@ func (e *Error) Error() string {
 		b = append(b, e.Err.Error()...)
 	}
 	return string(b)
+}
+
+// NotSent returns a local error of status s for a request that provably
+// never left this process; cause may be nil.
+func NotSent(s Status, msg string, cause error) *Error {
+	return &Error{Status: s, Msg: msg, NotSent: true, Err: cause}
+}
+
+// ContextError turns a context error into the error of a call: 30 (not
+// sent) or 31 for a deadline, 90 for a cancellation. sent tells whether
+// the request may have left this process.
+func ContextError(err error, sent bool) *Error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		if !sent {
+			return NotSent(StatusClientTimeout, "deadline exceeded before sending", err)
+		}
+		return &Error{Status: StatusServerTimeout, Msg: "deadline exceeded waiting for the response", Err: err}
+	}
+	if !sent {
+		return NotSent(StatusClientError, "call cancelled before sending", err)
+	}
+	return &Error{Status: StatusClientError, Msg: "call cancelled", Err: err}
 }
 
 // Errorf returns an error of status s whose message is formatted as
@@ -182,6 +212,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // for a status 30 or 31 error.
 func (e *Error) Is(target error) bool {
 	switch target {
+	case ErrNotSent:
+		return e.NotSent
 	case ErrTimeout:
 		return e.Status == StatusClientTimeout || e.Status == StatusServerTimeout
 	case ErrUnavailable:

@@ -211,3 +211,51 @@ func TestErrorf(t *testing.T) {
 		}
 	}
 }
+
+func TestNotSent(t *testing.T) {
+	cause := errors.New("dial tcp: refused")
+	err := protocol.NotSent(protocol.StatusChannelInactive, "cannot connect", cause)
+	if !errors.Is(err, protocol.ErrNotSent) {
+		t.Errorf("errors.Is(%v, protocol.ErrNotSent) = false", err)
+	}
+	if !errors.Is(err, cause) || !errors.Is(err, protocol.ErrUnavailable) {
+		t.Errorf("%v: lost its cause or its status class", err)
+	}
+	if want := "status 35 (channel inactive): cannot connect: dial tcp: refused"; err.Error() != want {
+		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+	sent := &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "connection lost while sending"}
+	if errors.Is(sent, protocol.ErrNotSent) {
+		t.Errorf("errors.Is(%v, protocol.ErrNotSent) = true for an error without NotSent", sent)
+	}
+	wrapped := fmt.Errorf("call: %w", err)
+	if !errors.Is(wrapped, protocol.ErrNotSent) {
+		t.Errorf("errors.Is(%v, protocol.ErrNotSent) = false through a wrap", wrapped)
+	}
+}
+
+func TestContextError(t *testing.T) {
+	for _, tc := range []struct {
+		err     error
+		sent    bool
+		status  protocol.Status
+		notSent bool
+	}{
+		{context.DeadlineExceeded, false, protocol.StatusClientTimeout, true},
+		{context.DeadlineExceeded, true, protocol.StatusServerTimeout, false},
+		{context.Canceled, false, protocol.StatusClientError, true},
+		{context.Canceled, true, protocol.StatusClientError, false},
+	} {
+		e := protocol.ContextError(tc.err, tc.sent)
+		if e.Status != tc.status || e.NotSent != tc.notSent || errors.Is(e, protocol.ErrNotSent) != tc.notSent {
+			t.Errorf("protocol.ContextError(%v, sent %v) = %v (not sent %v), want status %d, not sent %v",
+				tc.err, tc.sent, e, e.NotSent, tc.status, tc.notSent)
+		}
+		if !errors.Is(e, tc.err) {
+			t.Errorf("protocol.ContextError(%v, %v) = %v: lost the context error", tc.err, tc.sent, e)
+		}
+	}
+	if !errors.Is(protocol.ContextError(context.Canceled, true), protocol.ErrCanceled) {
+		t.Error("a cancelled call does not match protocol.ErrCanceled")
+	}
+}

@@ -273,5 +273,5 @@ func excludedFromBreaker(err error) bool {
 		return pe.Status == protocol.StatusServerThreadpoolExhausted
 	}
 	return pe.Status == protocol.StatusClientError ||
-		pe.Status == protocol.StatusClientTimeout && errors.Is(err, transport.ErrNotSent)
+		pe.Status == protocol.StatusClientTimeout && errors.Is(err, ErrNotSent)
 }

@@ -51,7 +51,7 @@ var (
 	// ErrNotSent: the request provably never left this process (no
 	// instance, no connection, budget spent before sending): whatever the
 	// method, it is safe to try again.
-	ErrNotSent = transport.ErrNotSent
+	ErrNotSent = protocol.ErrNotSent
 )
 
 // Option configures a Client.
@@ -289,11 +289,9 @@ func (c *Client) Invoke(ctx context.Context, service, method string, req, resp a
 	var err error
 	switch {
 	case c.closed.Load():
-		err = &protocol.Error{Status: protocol.StatusClientError, Msg: "client closed",
-			Err: fmt.Errorf("%w: %w", transport.ErrNotSent, protocol.ErrCanceled)}
+		err = protocol.NotSent(protocol.StatusClientError, "client closed", protocol.ErrCanceled)
 	case c.codecEr != nil:
-		err = &protocol.Error{Status: protocol.StatusClientError, Msg: "codec " + c.opts.codec,
-			Err: fmt.Errorf("%w: %w", transport.ErrNotSent, c.codecEr)}
+		err = protocol.NotSent(protocol.StatusClientError, "codec "+c.opts.codec, c.codecEr)
 	default:
 		if err = c.invoke(ctx, call); err != nil {
 			err = asCallError(err)
@@ -438,8 +436,7 @@ func (c *Client) stillListed(addr string) bool {
 // matches ErrUnavailable, ErrNotSent and balancer.ErrNoInstance.
 func (c *Client) noInstance(ctx context.Context, service string, perr error) error {
 	msg := "no instance of " + service + " can take the call: " + c.whyNone(ctx, service, nil)
-	return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: msg,
-		Err: &quietError{msg, []error{transport.ErrNotSent, perr}}}
+	return protocol.NotSent(protocol.StatusChannelInactive, msg, &quietError{msg, []error{perr}})
 }
 
 // noneLeft is the error of a call that found no instance to take attempt
@@ -558,8 +555,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 			// registry refuses: a bad request, not an outage.
 			status = protocol.StatusClientError
 		}
-		return &protocol.Error{Status: status,
-			Msg: "resolve " + call.Service, Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}
+		return protocol.NotSent(status, "resolve "+call.Service, err)
 	}
 	c.budget.call(call.start.Unix())
 	if !call.Idempotent && c.opts.idempotencyKeys {
@@ -570,11 +566,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 	if err := ctx.Err(); err != nil {
 		// Before any pick: a call nobody waits for takes no probe of a
 		// half-open breaker and no place in the balancer's figures.
-		status, msg := protocol.StatusClientError, "call cancelled before sending"
-		if errors.Is(err, context.DeadlineExceeded) {
-			status, msg = protocol.StatusClientTimeout, "deadline exceeded before sending"
-		}
-		return &protocol.Error{Status: status, Msg: msg, Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}
+		return protocol.ContextError(err, false)
 	}
 	if call.Hedge > 0 && call.Idempotent {
 		return c.hedged(ctx, call, st)
@@ -599,7 +591,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 			c.budget.refund(withdrawn)
 			withdrawn = 0
 		}
-		if sent != nil && errors.Is(err, transport.ErrNotSent) {
+		if sent != nil && errors.Is(err, ErrNotSent) {
 			call.Addr, call.Attempt = sentAddr, sentAttempt
 			return sent
 		}
@@ -637,7 +629,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, transport.ErrNotSent) {
+		if !errors.Is(err, ErrNotSent) {
 			sent, sentAddr, sentAttempt = err, call.Addr, call.Attempt
 		}
 		ok, sec := c.retryable(ctx, call, err, attempt, policy)
@@ -716,8 +708,7 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 			return struct{}{}, err
 		})
 		if !ran {
-			err = &protocol.Error{Status: protocol.StatusChannelInactive, Msg: addr,
-				Err: fmt.Errorf("%w: %w: %w", transport.ErrNotSent, errBreakerOpen, berr)}
+			err = protocol.NotSent(protocol.StatusChannelInactive, addr, fmt.Errorf("%w: %w", errBreakerOpen, berr))
 		}
 	}
 	latency := time.Since(start)
@@ -815,16 +806,14 @@ func (c *Client) attemptBudget(call *Call, start, now time.Time) (time.Duration,
 		budget = min(budget, pt-now.Sub(start))
 	}
 	if budget < time.Millisecond {
-		return 0, &protocol.Error{Status: protocol.StatusClientTimeout,
-			Msg: "budget spent before sending " + call.Service + "." + call.Method, Err: transport.ErrNotSent}
+		return 0, protocol.NotSent(protocol.StatusClientTimeout, "budget spent before sending "+call.Service+"."+call.Method, nil)
 	}
 	return budget, nil
 }
 
 // encodeError is the error of a request the codec could not marshal.
 func encodeError(call *Call, err error) error {
-	return &protocol.Error{Status: protocol.StatusClientError,
-		Msg: "encode " + call.Service + "." + call.Method + " request", Err: fmt.Errorf("%w: %w", transport.ErrNotSent, err)}
+	return protocol.NotSent(protocol.StatusClientError, "encode "+call.Service+"."+call.Method+" request", err)
 }
 
 // decode decodes an OK response into call.Resp and releases it.

@@ -9,7 +9,6 @@ import (
 	"github.com/dabbrpc/dabb/balancer"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/registry"
-	"github.com/dabbrpc/dabb/transport"
 )
 
 // hedgeResult is the outcome of one attempt of a hedged call.
@@ -131,7 +130,7 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 			// An attempt that may have reached a server outranks a
 			// later one that failed unsent: the call must not say
 			// ErrNotSent once one of its attempts was sent.
-			if !errors.Is(r.err, transport.ErrNotSent) || lastErr == nil || errors.Is(lastErr, transport.ErrNotSent) {
+			if !errors.Is(r.err, ErrNotSent) || lastErr == nil || errors.Is(lastErr, ErrNotSent) {
 				lastErr = r.err
 				call.Addr, call.Attempt = r.addr, r.attempt
 			}

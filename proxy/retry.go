@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dabbrpc/dabb/protocol"
-	"github.com/dabbrpc/dabb/transport"
 )
 
 // RetryPolicy says when a failed attempt is tried again on another
@@ -96,7 +95,7 @@ func classify(err error) verdict {
 		}
 		return fatal
 	}
-	if errors.Is(err, transport.ErrNotSent) {
+	if errors.Is(err, ErrNotSent) {
 		switch pe.Status {
 		case protocol.StatusClientTimeout, protocol.StatusClientError:
 			return fatal // the budget is spent or the caller gave up: nothing to retry with

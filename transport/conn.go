@@ -151,20 +151,20 @@ func (c *clientConn) register(id uint64, cl *call) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return notSent(protocol.StatusChannelInactive, "connection closed", c.err)
+		return protocol.NotSent(protocol.StatusChannelInactive, "connection closed before sending", c.err)
 	}
 	if c.readOnly.Load() {
 		return c.errReadOnly()
 	}
 	if c.retiring.Load() {
-		return notSent(protocol.StatusChannelInactive, "address left the instance list: "+c.ep.addr, nil)
+		return protocol.NotSent(protocol.StatusChannelInactive, "address left the instance list: "+c.ep.addr, nil)
 	}
 	c.pending[id] = cl
 	return nil
 }
 
 func (c *clientConn) errReadOnly() error {
-	return notSent(protocol.StatusChannelInactive, "address is read-only (shutting down): "+c.ep.addr, nil)
+	return protocol.NotSent(protocol.StatusChannelInactive, "address is read-only (shutting down): "+c.ep.addr, nil)
 }
 
 // drainedLocked reports, with mu held, whether c got the read-only event,
@@ -398,7 +398,7 @@ var errPeerSilent = errors.New("transport: peer not responding")
 // (zero when req.Timeout <= 0).
 func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start time.Time) (*protocol.Message, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, ctxErr(err, false)
+		return nil, protocol.ContextError(err, false)
 	}
 	var remaining time.Duration
 	if req.Timeout > 0 {
@@ -407,7 +407,7 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 			remaining -= time.Since(start)
 		}
 		if remaining <= 0 {
-			return nil, notSent(protocol.StatusClientTimeout, "timeout budget spent before sending", nil)
+			return nil, protocol.NotSent(protocol.StatusClientTimeout, "timeout budget spent before sending", nil)
 		}
 	}
 	id := c.nextID.Add(1)
@@ -471,7 +471,7 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 		}
 		c.abandon(id, cl, true)
 		callPool.Put(cl)
-		return nil, ctxErr(ctx.Err(), true)
+		return nil, protocol.ContextError(ctx.Err(), true)
 	case <-timeout:
 		c.abandon(id, cl, true)
 		callPool.Put(cl)
@@ -504,7 +504,7 @@ func (c *clientConn) write(ctx context.Context, req *protocol.Message, remaining
 func (c *clientConn) writeError(queued bool, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		if !queued { // it waited for its turn to write
-			return ctxErr(err, false)
+			return protocol.ContextError(err, false)
 		}
 		// Cut off mid-frame: the rest still goes out, so the server may
 		// act on it.
@@ -515,32 +515,9 @@ func (c *clientConn) writeError(queued bool, err error) error {
 	}
 	switch {
 	case errors.Is(err, errBackedUp):
-		return notSent(protocol.StatusChannelInactive, c.ep.addr+" is not reading what was sent", err)
+		return protocol.NotSent(protocol.StatusChannelInactive, c.ep.addr+" is not reading what was sent", err)
 	case !queued:
-		return notSent(protocol.StatusChannelInactive, "connection closed", err)
+		return protocol.NotSent(protocol.StatusChannelInactive, "connection closed before sending", err)
 	}
 	return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "connection lost while sending", Err: err}
-}
-
-// notSent makes a local error whose cause wraps ErrNotSent.
-func notSent(s protocol.Status, msg string, cause error) error {
-	err := ErrNotSent
-	if cause != nil {
-		err = fmt.Errorf("%w: %w", ErrNotSent, cause)
-	}
-	return &protocol.Error{Status: s, Msg: msg, Err: err}
-}
-
-// ctxErr turns a context error into 30/31 (deadline) or 90 (cancelled).
-func ctxErr(err error, sent bool) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		if !sent {
-			return notSent(protocol.StatusClientTimeout, "deadline exceeded before sending", err)
-		}
-		return &protocol.Error{Status: protocol.StatusServerTimeout, Msg: "deadline exceeded waiting for the response", Err: err}
-	}
-	if !sent {
-		return notSent(protocol.StatusClientError, "call cancelled before sending", err)
-	}
-	return &protocol.Error{Status: protocol.StatusClientError, Msg: "call cancelled", Err: err}
 }

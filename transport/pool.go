@@ -14,12 +14,13 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
-// ErrNotSent is the cause wrapped by every error whose request provably
-// never left this process (no connection, pool closed, address read-only,
-// budget spent before writing): it is safe to retry anywhere.
-var ErrNotSent = errors.New("transport: request not sent")
+// ErrNotSent matches every error whose request provably never left this
+// process (no connection, pool closed, address read-only, budget spent
+// before writing): it is safe to retry anywhere. It is
+// [protocol.ErrNotSent].
+var ErrNotSent = protocol.ErrNotSent
 
-// ErrDialBackoff is wrapped, with ErrNotSent, by the error of a request
+// ErrDialBackoff is wrapped by the error of a request
 // refused because its address's last dial failed moments ago and the next
 // is not due yet: nothing touched the network, so it repeats what that
 // dial's failure said and is no new evidence about the address.
@@ -204,19 +205,19 @@ func NewPool(cfg Config) *Pool {
 // waiting for the socket, and skipped when the connection is gone).
 func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message) (*protocol.Message, error) {
 	if req == nil {
-		return nil, notSent(protocol.StatusClientError, "nil request", nil)
+		return nil, protocol.NotSent(protocol.StatusClientError, "nil request", nil)
 	}
 	if f := req.Header.Flags(); !f.IsRequest() || f.IsEvent() {
-		return nil, notSent(protocol.StatusClientError,
+		return nil, protocol.NotSent(protocol.StatusClientError,
 			fmt.Sprintf("flags %#02x: a call needs FlagRequest and no FlagEvent", byte(f)), nil)
 	}
 	if n := len(req.Payload); uint64(n) > uint64(p.cfg.MaxBody) {
-		return nil, notSent(protocol.StatusClientError,
+		return nil, protocol.NotSent(protocol.StatusClientError,
 			fmt.Sprintf("request payload of %d bytes is over MaxBody (%d)", n, p.cfg.MaxBody), protocol.ErrBodyTooLarge)
 	}
 	if req.Attachments != nil {
 		if err := protocol.CheckAttachments(req); err != nil {
-			return nil, notSent(protocol.StatusClientError, "request over the attachment limit", err)
+			return nil, protocol.NotSent(protocol.StatusClientError, "request over the attachment limit", err)
 		}
 	}
 	// start stays zero on the fast path: a ready connection writes at
@@ -303,7 +304,7 @@ func (p *Pool) Close() error {
 	return nil
 }
 
-var errPoolClosed = notSent(protocol.StatusChannelInactive, "pool closed", ErrClosed)
+var errPoolClosed = protocol.NotSent(protocol.StatusChannelInactive, "pool closed", ErrClosed)
 
 // Forget drops addr, an address no instance list holds any more (a client
 // whose instances come and go at new addresses would otherwise keep every
@@ -487,9 +488,9 @@ func (w *largeWait) wait(ctx context.Context, e *endpoint, start time.Time, budg
 	case <-paused:
 		return nil
 	case <-ctx.Done():
-		return ctxErr(ctx.Err(), false)
+		return protocol.ContextError(ctx.Err(), false)
 	case <-timeout:
-		return notSent(protocol.StatusClientTimeout, "timeout budget spent "+what+e.addr, nil)
+		return protocol.NotSent(protocol.StatusClientTimeout, "timeout budget spent "+what+e.addr, nil)
 	case <-e.p.ctx.Done():
 		return errPoolClosed
 	}
@@ -641,7 +642,7 @@ func (e *endpoint) slowConn(ctx context.Context, i int, start time.Time, budget 
 	}
 	if e.forgotten.Load() {
 		e.mu.Unlock()
-		return nil, notSent(protocol.StatusChannelInactive, "address left the instance list: "+e.addr, nil)
+		return nil, protocol.NotSent(protocol.StatusChannelInactive, "address left the instance list: "+e.addr, nil)
 	}
 	c := e.slots[i].Load()
 	readOnly := e.readOnly.Load()
@@ -652,7 +653,7 @@ func (e *endpoint) slowConn(ctx context.Context, i int, start time.Time, budget 
 	if readOnly && c != nil && !c.dead.Load() {
 		// The server is draining this connection: no new calls.
 		e.mu.Unlock()
-		return nil, notSent(protocol.StatusChannelInactive, "address is read-only (shutting down): "+e.addr, nil)
+		return nil, protocol.NotSent(protocol.StatusChannelInactive, "address is read-only (shutting down): "+e.addr, nil)
 	}
 	var other *clientConn
 	if !readOnly {
@@ -671,7 +672,7 @@ func (e *endpoint) slowConn(ctx context.Context, i int, start time.Time, budget 
 			if other != nil {
 				return other, nil
 			}
-			return nil, notSent(protocol.StatusChannelInactive, "not dialing "+e.addr+" again yet", fmt.Errorf("%w: %w", ErrDialBackoff, err))
+			return nil, protocol.NotSent(protocol.StatusChannelInactive, "not dialing "+e.addr+" again yet", fmt.Errorf("%w: %w", ErrDialBackoff, err))
 		}
 		if !e.p.goTracked() {
 			e.mu.Unlock()
@@ -695,15 +696,15 @@ func (e *endpoint) slowConn(ctx context.Context, i int, start time.Time, budget 
 	select {
 	case <-d.done:
 	case <-ctx.Done():
-		return nil, ctxErr(ctx.Err(), false)
+		return nil, protocol.ContextError(ctx.Err(), false)
 	case <-timeout:
-		return nil, notSent(protocol.StatusClientTimeout, "timeout budget spent while dialing "+e.addr, nil)
+		return nil, protocol.NotSent(protocol.StatusClientTimeout, "timeout budget spent while dialing "+e.addr, nil)
 	}
 	if d.err != nil {
-		return nil, notSent(protocol.StatusChannelInactive, "cannot connect", d.err)
+		return nil, protocol.NotSent(protocol.StatusChannelInactive, "cannot connect", d.err)
 	}
 	if !d.c.usable() {
-		return nil, notSent(protocol.StatusChannelInactive, "connection closed right after dialing "+e.addr, d.c.closeErr())
+		return nil, protocol.NotSent(protocol.StatusChannelInactive, "connection closed right after dialing "+e.addr, d.c.closeErr())
 	}
 	return d.c, nil
 }
