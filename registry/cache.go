@@ -1,11 +1,11 @@
+// The client-side Cache of instances: lookups, the snapshot fallback, Stale, Suspect and Close.
+
 package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,10 +35,6 @@ const (
 	DefaultMinRetryDelay  = 100 * time.Millisecond
 	DefaultMaxRetryDelay  = 10 * time.Second
 )
-
-// watchCallTimeout bounds one Watch call of the cache, for backends that
-// would not bound it themselves.
-const watchCallTimeout = 30 * time.Second
 
 // CacheConfig configures a Cache. The zero value works.
 type CacheConfig struct {
@@ -393,159 +389,6 @@ func (c *Cache) entry(service string) (*cacheEntry, error) {
 	return e, nil
 }
 
-// watch follows one service until Close, watching again with backoff
-// after each failure, unless the registry is closed or refuses the
-// service (ErrInvalid): retrying would not help.
-func (c *Cache) watch(e *cacheEntry) {
-	defer c.work.exit()
-	delay := c.cfg.MinRetryDelay
-	for {
-		ctx, cancel := context.WithTimeout(c.ctx, watchCallTimeout)
-		w, err := c.r.Watch(ctx, e.service)
-		cancel()
-		if err == nil {
-			e.mu.Lock()
-			e.watcher = w
-			e.mu.Unlock()
-			var progressed bool
-			progressed, err = c.follow(e, w)
-			e.mu.Lock()
-			mine := e.watcher == w // else Close took it to stop it
-			e.watcher = nil
-			e.mu.Unlock()
-			if mine {
-				w.Stop()
-			}
-			if progressed {
-				delay = c.cfg.MinRetryDelay
-			}
-		}
-		if c.ctx.Err() != nil {
-			return
-		}
-		c.fail(e, err)
-		if errors.Is(err, ErrInvalid) {
-			return // logged by fail
-		}
-		if errors.Is(err, ErrClosed) {
-			c.log.Error("registry closed under the cache; keeping the last known instances", "service", e.service)
-			return
-		}
-		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
-		select {
-		case <-t.C:
-		case <-c.ctx.Done():
-			t.Stop()
-			return
-		}
-		delay = min(2*delay, c.cfg.MaxRetryDelay)
-	}
-}
-
-// follow applies the watcher's sets until Next fails.
-func (c *Cache) follow(e *cacheEntry, w Watcher) (progressed bool, err error) {
-	for {
-		set, err := w.Next(c.ctx)
-		if err != nil {
-			return progressed, err
-		}
-		c.apply(e, set)
-		progressed = true
-		if c.ctx.Err() != nil {
-			return progressed, c.ctx.Err() // closed during a subscriber's call: nothing more
-		}
-	}
-}
-
-// apply stores a set the registry pushed, saves it to the snapshot file
-// and tells the subscribers when the list changed. The file is written
-// first: it must not wait for the subscribers, and once one of them has
-// seen a list (and perhaps closed the cache) nothing more is done.
-func (c *Cache) apply(e *cacheEntry, set []Instance) {
-	if st := c.store(e, set); st != nil {
-		c.snap.save(e.service, st.instances)
-		e.publish(st)
-	}
-}
-
-// store stores a pushed set; it returns the new state when the list
-// changed.
-func (c *Cache) store(e *cacheEntry, set []Instance) *cacheState {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	prev := e.state.Load()
-	if prev != nil && prev.stale {
-		c.log.Info("registry reachable again", "service", e.service, "instances", len(set))
-	}
-	e.lastErr, e.failLogged = nil, false
-	if len(set) == 0 && c.cfg.EmptyProtection == ProtectEmpty && prev != nil && len(prev.instances) > 0 {
-		if !prev.suspect {
-			c.log.Warn("registry reports no instances; keeping the last known ones as suspect", "service", e.service, "instances", len(prev.instances))
-		}
-		// Instances from the snapshot stay stale: the registry has not
-		// confirmed them.
-		e.state.Store(&cacheState{instances: prev.instances, version: prev.version, suspect: true,
-			snapshot: prev.snapshot, stale: prev.snapshot})
-		return nil
-	}
-	ins := SortedCopy(set)
-	if ins == nil {
-		ins = []Instance{}
-	}
-	if prev != nil && EqualSets(prev.instances, ins) {
-		e.state.Store(&cacheState{instances: prev.instances, version: prev.version})
-		return nil
-	}
-	st := &cacheState{instances: ins, version: 1}
-	if prev != nil {
-		st.version = prev.version + 1
-	}
-	e.state.Store(st)
-	if prev == nil {
-		close(e.ready)
-	}
-	return st
-}
-
-// fail records a failed watch: the instances are kept and marked stale.
-// An error wrapping ErrInvalid says the registry refuses the service:
-// lookups waiting for a first list return it at once.
-func (c *Cache) fail(e *cacheEntry, err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.lastErr = err
-	select {
-	case <-e.failed:
-	default:
-		close(e.failed)
-	}
-	prev := e.state.Load()
-	if errors.Is(err, ErrInvalid) {
-		e.refused = true
-		c.log.Error("the registry refuses the service; not watching it", "service", e.service, "err", err)
-		if prev != nil && !prev.stale {
-			next := *prev
-			next.stale = true
-			e.state.Store(&next)
-		}
-		return
-	}
-	if prev == nil {
-		if !e.failLogged {
-			e.failLogged = true
-			c.log.Warn("registry unreachable; no instances known yet", "service", e.service, "err", err)
-		}
-		return
-	}
-	if prev.stale {
-		return
-	}
-	next := *prev
-	next.stale = true
-	e.state.Store(&next)
-	c.log.Warn("registry unreachable; keeping the last known instances", "service", e.service, "instances", len(prev.instances), "err", err)
-}
-
 // Stale reports whether the cache holds instances of service that the
 // registry could not confirm lately: it is unreachable or refuses the
 // service, or they came from the snapshot file and the registry has not
@@ -571,94 +414,6 @@ func (c *Cache) state(service string) *cacheState {
 		return nil
 	}
 	return e.state.Load()
-}
-
-// Subscribe calls fn with the instances of service each time they change:
-// at once with the current list if one is known, then from the service's
-// watch goroutine (or, for the snapshot file's list, from the lookup that
-// fell back to it). Calls never overlap and never go back to an older list;
-// fn must return quickly and must not modify the slice. It may call the
-// Cache, Close included, and unsubscribe. Subscribe starts the watch of
-// the service if no lookup did. Call the returned function to stop the
-// calls; no call starts after Close.
-func (c *Cache) Subscribe(service string, fn func([]Instance)) (unsubscribe func(), err error) {
-	if fn == nil {
-		return nil, fmt.Errorf("registry: cache: Subscribe(%s) with a nil func: %w", service, ErrInvalid)
-	}
-	if err := ValidateService(service); err != nil {
-		return nil, fmt.Errorf("registry: cache: %w", err)
-	}
-	e, err := c.entry(service)
-	if err != nil {
-		return nil, err
-	}
-	s := &subscription{c: c, fn: fn, turn: make(chan struct{}, 1)}
-	unsubscribe = func() {
-		s.done.Store(true)
-		e.mu.Lock()
-		delete(e.subs, s)
-		e.mu.Unlock()
-	}
-	e.mu.Lock()
-	e.subs[s] = struct{}{}
-	st := e.state.Load()
-	e.mu.Unlock()
-	if st != nil {
-		// The first call runs on the caller's goroutine, which Close
-		// waits for as it waits for the watch goroutines.
-		if !c.work.enter() {
-			unsubscribe()
-			return nil, ErrClosed
-		}
-		s.deliver(st)
-		c.work.exit()
-	}
-	return unsubscribe, nil
-}
-
-// publish delivers st to the subscribers.
-func (e *cacheEntry) publish(st *cacheState) {
-	e.mu.Lock()
-	subs := make([]*subscription, 0, len(e.subs))
-	for s := range e.subs {
-		subs = append(subs, s)
-	}
-	e.mu.Unlock()
-	for _, s := range subs {
-		s.deliver(st)
-	}
-}
-
-type subscription struct {
-	c    *Cache
-	fn   func([]Instance)
-	done atomic.Bool // unsubscribed
-
-	// turn, a lock that Close can interrupt, is held during fn and
-	// guards version: a goroutine waiting for it gives up at Close, so
-	// that a callback calling Close does not wait for a goroutine that
-	// waits for the callback.
-	turn    chan struct{}
-	version uint64 // of the last list delivered
-}
-
-// deliver calls fn with st, unless fn had it or a newer list already, or
-// the cache is closed. It is called only from work Close waits for: no
-// call starts once Close has begun.
-func (s *subscription) deliver(st *cacheState) {
-	select {
-	case s.turn <- struct{}{}:
-	case <-s.c.ctx.Done():
-		return
-	}
-	defer func() { <-s.turn }()
-	if s.done.Load() || st.version <= s.version {
-		return
-	}
-	s.c.work.call(func() {
-		s.version = st.version
-		s.fn(st.instances)
-	})
 }
 
 // Close stops every watch and waits for the cache's goroutines to end,
@@ -694,78 +449,4 @@ func (c *Cache) Close() error {
 	}
 	c.work.wait()
 	return nil
-}
-
-// tracker counts the work of a Cache that Close waits for: its watch
-// goroutines, its loads and the first calls made by Subscribe, each while
-// it is not inside a subscriber's call. Close does not wait for a
-// subscriber's call, so that a subscriber may call Close; no call starts
-// once Close has begun.
-type tracker struct {
-	mu      sync.Mutex // guards following
-	closed  bool
-	n       int           // pieces of work running, not inside a subscriber's call
-	changed chan struct{} // closed and replaced when n drops
-}
-
-// enter counts a piece of work starting; false once closed. A goroutine is
-// counted before it starts, by the code that starts it.
-func (t *tracker) enter() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
-	}
-	t.n++
-	return true
-}
-
-// exit ends a piece of work that enter counted.
-func (t *tracker) exit() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.dropLocked()
-}
-
-func (t *tracker) dropLocked() {
-	t.n--
-	close(t.changed)
-	t.changed = make(chan struct{})
-}
-
-// call runs fn, a subscriber's call, from counted work; Close does not
-// wait for it meanwhile. It reports false, without calling fn, once
-// Close has begun.
-func (t *tracker) call(fn func()) bool {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return false
-	}
-	t.dropLocked()
-	t.mu.Unlock()
-	fn()
-	t.mu.Lock()
-	t.n++ // counted again until its exit
-	t.mu.Unlock()
-	return true
-}
-
-// close refuses new work and new subscriber calls.
-func (t *tracker) close() {
-	t.mu.Lock()
-	t.closed = true
-	t.mu.Unlock()
-}
-
-// wait waits until no counted work runs outside a subscriber's call.
-func (t *tracker) wait() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for t.n > 0 {
-		ch := t.changed
-		t.mu.Unlock()
-		<-ch
-		t.mu.Lock()
-	}
 }

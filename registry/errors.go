@@ -1,3 +1,5 @@
+// The registry's sentinel errors.
+
 package registry
 
 import "errors"

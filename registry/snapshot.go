@@ -1,3 +1,5 @@
+// The snapshot file: the last known instances, saved so a new process can call while the registry is down.
+
 package registry
 
 import (

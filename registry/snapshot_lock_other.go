@@ -1,5 +1,7 @@
 //go:build !unix
 
+// The snapshot file's lock where there is no flock: none.
+
 package registry
 
 // lockSnapshot does nothing where flock is not available: two writers

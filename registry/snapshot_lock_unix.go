@@ -1,5 +1,7 @@
 //go:build unix
 
+// The snapshot file's advisory lock on unix (flock).
+
 package registry
 
 import (

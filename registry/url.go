@@ -1,3 +1,5 @@
+// Open and the scheme table: a Registry from a URL.
+
 package registry
 
 import (

@@ -1,3 +1,5 @@
+// The rules for service names, instance IDs and instances, and comparisons of instance sets.
+
 package registry
 
 import (
