@@ -1,3 +1,5 @@
+// etcd://host,host/prefix URLs: the scheme registry.Open knows etcd by.
+
 package etcd
 
 import (

@@ -1,3 +1,5 @@
+// The Watcher: list the prefix, then watch from the listed revision + 1.
+
 package etcd
 
 import (
