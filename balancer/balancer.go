@@ -1,3 +1,5 @@
+// The Balancer interface, New by name, and the picker every policy shares.
+
 package balancer
 
 import (
@@ -17,12 +19,11 @@ import (
 // Balancer chooses the instance that takes one attempt of a call.
 //
 // Update is called from one goroutine at a time, whenever the instance list
-// changes; it builds an immutable picker and publishes it atomically. Pick
-// and PickExcept take no lock on the published picker (round robin with
-// weights whose cycle is too long to precompute excepted), never block,
-// allocate nothing and may be called from any number of goroutines, also
-// while Update runs. Their ctx is not consulted today; it is there for
-// request-scoped routing.
+// changes. It builds an immutable picker and publishes it atomically. Pick
+// and PickExcept never block and allocate nothing. They take no lock,
+// except round robin over weights whose cycle is too long to precompute.
+// Any number of goroutines may call them, also while Update runs. Their
+// ctx is not consulted today; it is there for request-scoped routing.
 type Balancer interface {
 	// Update replaces the instances to choose from. The balancer copies
 	// the slice (not the Metadata maps); the caller may reuse it. Load
@@ -32,9 +33,9 @@ type Balancer interface {
 	// the call's hash key: the consistent hash balancer routes on it, the
 	// others ignore it. It returns an error wrapping ErrNoInstance when
 	// there is no instance or every one is unavailable. done is never
-	// nil and must be called exactly once when the attempt ends (also
-	// when Pick failed, where it does nothing): an attempt whose done is
-	// never called stays counted in flight.
+	// nil. Call it exactly once when the attempt ends, also when Pick
+	// failed (it then does nothing). An attempt whose done is never
+	// called stays counted in flight.
 	Pick(ctx context.Context, key string) (in registry.Instance, done Done, err error)
 	// PickExcept is Pick for a retry: it also skips every instance whose
 	// Addr is in tried, the addresses this call has already attempted.
@@ -46,9 +47,9 @@ type Balancer interface {
 }
 
 // Done reports the end of one attempt: its latency, and err, nil on
-// success. Pass an error only when the instance failed (no connection,
-// timeout, overload), not when the method ran and returned an application
-// error: the least-active and p2c balancers use it to rate the instance.
+// success. Pass an error only when the instance failed: no connection, a
+// timeout, overload. An application error from a method that ran is not
+// one. The least-active and p2c balancers rate the instance by it.
 type Done func(latency time.Duration, err error)
 
 // ErrNoInstance is wrapped by the error Pick returns when it has no

@@ -1,3 +1,5 @@
+// Consistent hashing: the same key goes to the same instance.
+
 package balancer
 
 import (
@@ -9,10 +11,10 @@ import (
 )
 
 const (
-	// vnodesPerDefault is the virtual nodes of an instance of the
-	// lightest weight in the list (of every instance when the weights are
-	// equal, whatever their value); heavier ones get a proportional count,
-	// at most maxVnodes (beyond a ratio of 16 the shares flatten).
+	// vnodesPerDefault is the number of virtual nodes of an instance of
+	// the lightest weight in the list. With equal weights every instance
+	// has that many. Heavier ones get a proportional count, at most
+	// maxVnodes: beyond a ratio of 16 the shares flatten.
 	vnodesPerDefault = 160
 	maxVnodes        = 16 * vnodesPerDefault
 	// ringProbe is how many ring steps a pick walks past skipped
@@ -21,14 +23,14 @@ const (
 )
 
 // ring is a consistent hash ring. A virtual node's hash depends only on its
-// instance's Addr and number, so removing an instance moves only the keys it
-// owned, and every client (in any process) that sees the same instances maps
-// a key to the same one.
+// instance's Addr and number. So removing an instance moves only the keys
+// it owned. And every client that sees the same instances maps a key to
+// the same one, in any process.
 //
-// Each entry packs a virtual node's position (the top 64−rankBits bits of
-// its hash) with the rank of its instance in (Addr, ID) order (the low
-// rankBits bits), so the ring sorts as plain integers and equal positions
-// are ordered the same way whatever the order of the list.
+// Each entry packs a virtual node's position, the top 64−rankBits bits of
+// its hash, with its instance's rank in (Addr, ID) order in the low
+// rankBits bits. The ring then sorts as plain integers, and equal positions
+// keep one order whatever the order of the list.
 type ring struct {
 	entries []uint64
 	owners  []int32 // rank → index in the list
@@ -78,11 +80,10 @@ func (r *ring) init(ins []registry.Instance, weights []uint64) {
 
 // vnodes is the number of virtual nodes of an instance of weight w in a
 // list whose weights range from lo to hi. Counts follow the weights'
-// ratios, not their values: weights are shares, so ten instances of weight
-// 1 get a ring as even as ten of weight 100 (160 nodes each), and 2000
-// against 8000 splits the keys 20/80. A count changes only when the
-// lightest (or, past the cap, the heaviest) weight of the list does, so
-// adding or removing an instance of other weights moves only its own keys.
+// ratios, not their values: weights are shares. Ten instances of weight 1
+// get a ring as even as ten of weight 100. A count changes only when the
+// lightest weight of the list does (past the cap, the heaviest). So adding
+// or removing an instance of other weights moves only its own keys.
 func vnodes(w, lo, hi uint64) int {
 	var c uint64
 	if hi*vnodesPerDefault <= lo*maxVnodes {

@@ -1,11 +1,12 @@
+// Least active: the instance with the fewest calls in flight.
+
 package balancer
 
 import "math/bits"
 
-// pickLeastActive chooses, among the usable instances, one with the fewest
-// calls in flight; among those the heaviest; among those one uniformly at
-// random (reservoir sampling in the same single pass, with a cheap
-// generator seeded once per pick).
+// pickLeastActive chooses a usable instance with the fewest calls in
+// flight. Among those it takes the heaviest, and among those one at
+// random. One pass does it all, with reservoir sampling for the tie.
 func (p *picker) pickLeastActive(tried []string) (int, error) {
 	best, ties := -1, uint64(0)
 	var bestActive int64

@@ -1,3 +1,5 @@
+// Power of two choices over EWMA latency, the default balancer.
+
 package balancer
 
 import (

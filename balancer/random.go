@@ -1,3 +1,5 @@
+// Weighted random.
+
 package balancer
 
 // rejectionTries is how many random draws a pick makes before it falls back

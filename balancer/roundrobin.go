@@ -1,3 +1,5 @@
+// Smooth weighted round robin.
+
 package balancer
 
 import (
@@ -17,14 +19,13 @@ const (
 
 // roundRobin is smooth weighted round robin: every instance's current
 // weight grows by its weight, the largest is chosen and loses the total.
-// Over one cycle (the sum of the weights divided by their greatest common
-// divisor) every instance is chosen exactly its weight's share of times,
-// spread out: weights 5, 1, 1 give a a b a c a a.
+// A cycle is the sum of the weights divided by their greatest common
+// divisor. Over one cycle every instance is chosen exactly its weight's
+// share of times, spread out: weights 5, 1, 1 give a a b a c a a.
 //
-// The cycle is computed once at Update when it is short enough (always so
-// when the weights are equal: the cycle is then the instance count); a pick
-// is then one atomic increment. Otherwise picks run the algorithm under a
-// mutex, O(instances) each.
+// Update computes the cycle once when it is short enough, as it always is
+// for equal weights. A pick is then one atomic increment. Otherwise picks
+// run the algorithm under a mutex, O(instances) each.
 type roundRobin struct {
 	seq []int32 // one cycle; nil when picks take the mutex path
 
@@ -91,9 +92,8 @@ func gcd(a, b uint64) uint64 {
 // pickRoundRobin takes the next slot of the cycle. A skipped instance's
 // slot is consumed, so the usable instances keep their relative shares.
 // A retry or a hedge (tried not empty) takes its slots from a cursor of
-// its own: from the first attempts' cursor it would take the next call's
-// slot, and with two instances every first attempt would go to the same
-// one.
+// its own. From the first attempts' cursor it would take the next call's
+// slot: with two instances, every first attempt would go to the same one.
 func (p *picker) pickRoundRobin(tried []string) (int, error) {
 	rr := &p.rr
 	if rr.seq == nil {

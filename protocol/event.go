@@ -1,3 +1,5 @@
+// Event frames: heartbeats, the read-only event and the cancel event, byte-identical with Dubbo's.
+
 package protocol
 
 // Event frames are byte-identical to Apache Dubbo's, whatever codec the calls
@@ -37,10 +39,10 @@ func AppendReadOnly(dst []byte, id uint64) []byte {
 	return appendEvent(dst, FlagRequest|FlagEvent, 0, id, hessianReadOnlyR)
 }
 
-// AppendCancel appends the cancel event a client sends when its caller
-// gave up on request id after writing it: a one-way request, flags 0xa2,
-// the abandoned request's id, body 0x01 0x43. The server cancels that
-// call's handler context; nothing answers it.
+// AppendCancel appends the cancel event for request id. A client sends it
+// when its caller gave up after the request was written. It is a one-way
+// request, flags 0xa2, with the abandoned request's id and body 0x01 0x43.
+// The server cancels that call's handler context; nothing answers it.
 func AppendCancel(dst []byte, id uint64) []byte {
 	return appendEvent(dst, FlagRequest|FlagEvent, 0, id, hessianCancelC)
 }

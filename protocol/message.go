@@ -1,3 +1,5 @@
+// Message: a frame's decoded body, and reading and appending whole frames.
+
 package protocol
 
 import (
@@ -96,34 +98,16 @@ var (
 
 // MaxAttachments is the most attachments one request or response may
 // carry on the wire, the timeout and idempotency key included. A frame
-// whose attachment count says more is malformed, refused before any of
-// them is decoded; [CheckAttachments] lets a sender find out first.
-//
-// Without a bound of its own the count was limited only by the body (two
-// bytes a pair at least), and a decoded pair costs far more than its wire
-// bytes: a map entry, and a string for a key or value of more than one
-// byte. An 8 MiB body of distinct 3-byte keys with empty values decoded
-// into 1.7 million entries: 176 MiB allocated, 85 MiB of it kept, and
-// about a second of CPU on the connection's reader, per frame. 1024 such
-// entries take about 100 KiB (allocated, and kept while the message
-// lives) and 0.1 ms to decode (protocol/attachments_test.go measures
-// it). Keys and values are copied once out of the body, so a decoded
-// message holds at most about twice its body plus those 100 KiB, and no
-// bound on the attachments' total bytes is needed: the body limit
-// ([DefaultMaxBody]) bounds them, as in Dubbo's own protocol, whose
-// attachments are a map inside the body bounded by its payload limit.
-//
-// 1024 is generous for trace ids, auth tokens and baggage: gRPC-Java and
-// gRPC core refuse metadata over 8 KiB and Dubbo's triple protocol headers
-// over 32 KiB, where HTTP/2 counts each entry as 32 bytes besides its name
-// and value, so at most 256 and 1024 entries; gRPC-Go allows 16 MiB.
+// whose count says more is malformed and refused before any is decoded.
+// [CheckAttachments] lets a sender find out first. The body limit bounds
+// their bytes. docs/protocol.md says why the count needs a bound of its own.
 const MaxAttachments = 1024
 
 // CheckAttachments returns an error wrapping ErrTooManyAttachments when m
-// would carry more than MaxAttachments attachments on the wire (its map,
-// plus the timeout and the idempotency key when set), else nil. A receiver
-// refuses such a frame as malformed, so a sender checks before writing;
-// AppendMessage and AppendFrameHead do not check and encode it as asked.
+// would carry more than MaxAttachments attachments on the wire. The
+// timeout and the idempotency key count when set. A receiver refuses such
+// a frame as malformed, so a sender checks before writing. AppendMessage
+// and AppendFrameHead do not check: they encode what they are given.
 func CheckAttachments(m *Message) error {
 	if m.Header.Flags().IsEvent() {
 		return nil
@@ -278,18 +262,14 @@ type Reader struct {
 	br      *bufio.Reader
 	maxBody uint32
 	names   map[string]string
-	// recent holds the last names interned, checked before the map: a
-	// connection mostly repeats a few (service, method) pairs, and the
-	// map's lookup hashes the name (3 % of the server's CPU at c=1024,
-	// dabbbench profile) where comparing a few short strings does not.
+	// recent holds the last names interned; it is checked before the map.
 	recent [4]string
 	next   int // the slot of recent to fill next
 }
 
-// maxInterned bounds the intern table, so a peer sending endless new names
-// cannot grow it without limit, and maxInternedLen the names it keeps:
-// service, method and attachment names are short, and a peer sending long
-// ones must not pin megabytes per connection (4096 × 8 MiB otherwise).
+// maxInterned bounds the entries of the intern table, and maxInternedLen
+// the length of a name it keeps. A peer sending endless or long names
+// must not grow a connection's table without limit.
 const (
 	maxInterned    = 4096
 	maxInternedLen = 256
@@ -310,6 +290,8 @@ func (r *Reader) intern(b []byte) string {
 	if len(b) > maxInternedLen {
 		return string(b)
 	}
+	// A connection mostly repeats a few (service, method) pairs: comparing
+	// a few short strings is cheaper than hashing the name for the map.
 	for _, s := range r.recent {
 		if s == string(b) {
 			return s
@@ -327,11 +309,10 @@ func (r *Reader) intern(b []byte) string {
 	return s
 }
 
-// chunk is how much of a large body is reserved before any of it arrived.
-// After that a body buffer grows to at most growth times what has arrived,
-// so a peer that claims a large length and sends little makes us reserve
-// little, while a genuine 1 or 2 MiB body is read with one copy of its first
-// chunk. Large buffers come from, and go back to, the shared pool.
+// chunk is how much of a large body is reserved before any of it has
+// arrived. Then a body buffer grows to at most growth times what has
+// arrived. A peer that claims a large length and sends little thus makes
+// the reader reserve little. Large buffers come from the shared pool.
 const (
 	chunk  = 64 << 10
 	growth = 32
@@ -376,8 +357,8 @@ func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte
 }
 
 // maxKept is the largest buffer a Message keeps between reads when the
-// next body is much smaller, and the largest Recycle keeps: one large frame
-// should not pin megabytes to a connection for its lifetime.
+// next body is much smaller, and the largest Recycle keeps. One large
+// frame must not pin megabytes to a connection for its lifetime.
 const maxKept = 1 << 20
 
 // Recycle resets m like Reset, and hands a read buffer over bufpool.MaxKept
@@ -471,10 +452,8 @@ func (m *Message) decodeBody(b []byte, intern func([]byte) string) error {
 			continue
 		}
 		if m.Attachments == nil {
-			// count is at most MaxAttachments: reserving for all of
-			// them costs no more than that many distinct keys would,
-			// even when the peer repeats one pair, and saves growing
-			// the map step by step.
+			// count is at most MaxAttachments, so reserving for all
+			// of them is bounded even when the peer repeats one pair.
 			m.Attachments = make(map[string]string, count)
 		}
 		m.Attachments[makeString(key, intern)] = string(val)

@@ -1,3 +1,5 @@
+// Status codes and Error, the error type every layer of dabb creates and inspects.
+
 package protocol
 
 import (
@@ -10,14 +12,15 @@ import (
 // Status is the fourth header byte of a response, with Apache Dubbo's codes.
 // Requests carry 0.
 //
-// Who makes 30, 31 and 35 matters: made by the client itself, 30 says the
-// request was never sent, so the server did nothing, and 31 says it was
-// sent and the server may have acted; a 35 may be either (no connection,
-// or a connection lost after sending): errors.Is(err, ErrNotSent) tells,
-// and is the test to use before retrying a call that is not idempotent,
-// whatever the status. A 31 received from a
-// dabb server says the opposite: the budget was spent before the handler
-// ran, so nothing was done. [Error.Remote] tells the two apart.
+// Who makes 30, 31 and 35 matters. Made by the client itself, 30 says the
+// request was never sent, so the server did nothing. A local 31 says it
+// was sent and the server may have acted. A local 35 may be either: no
+// connection, or a connection lost after sending. errors.Is(err,
+// ErrNotSent) tells them apart; it is the test to use before retrying a
+// call that is not idempotent, whatever the status. A 31 received from a
+// dabb server says the opposite of a local one: the budget was spent
+// before the handler ran, so nothing was done. [Error.Remote] tells the
+// two apart.
 type Status byte
 
 const (
@@ -30,8 +33,8 @@ const (
 	// sent; the server never saw it. Safe to retry while budget remains.
 	StatusClientTimeout Status = 30
 	// StatusServerTimeout: made by the client, the budget ran out after
-	// sending, the server may have acted; received from a dabb server,
-	// the budget was spent before the handler ran and nothing was done.
+	// sending and the server may have acted. Received from a dabb server,
+	// the budget was spent before the handler ran: nothing was done.
 	StatusServerTimeout Status = 31
 	// StatusChannelInactive: the connection was lost. Before sending, the
 	// request never left; after, the server may have acted.
@@ -112,10 +115,10 @@ var (
 	ErrBadRequest = errors.New("bad request")
 	// ErrServiceError: the handler ran and returned an error (70).
 	ErrServiceError = errors.New("service error")
-	// ErrCanceled: the caller gave up, not the request or the server:
-	// its context was cancelled, or it called a closed client (90 with
-	// such a cause; context.Canceled matches the former too). A call in
-	// flight when its client closes fails with its connection (35).
+	// ErrCanceled: the caller gave up, not the request or the server.
+	// Its context was cancelled, or it called a closed client: a 90 with
+	// such a cause. A call in flight when its client closes fails with
+	// its connection instead (35).
 	ErrCanceled = errors.New("canceled")
 	// ErrNotSent: the request provably never left this process, so the
 	// server did nothing. Safe to retry whatever the method. Matched by
@@ -185,10 +188,11 @@ func ContextError(err error, sent bool) *Error {
 	return &Error{Status: StatusClientError, Msg: "call cancelled", Err: err}
 }
 
-// Errorf returns an error of status s whose message is formatted as
-// fmt.Errorf formats it; a cause wrapped with %w stays reachable through
-// errors.Is and errors.As in this process (only the status and the message
-// travel). It is how a handler chooses its status, as gRPC's status.Errorf:
+// Errorf returns an error of status s with a message formatted as
+// fmt.Errorf formats it. A cause wrapped with %w stays reachable through
+// errors.Is and errors.As in this process; only the status and the
+// message travel. It is how a handler chooses its status, as gRPC's
+// status.Errorf:
 //
 //	return nil, protocol.Errorf(protocol.StatusBadRequest, "count must be positive, got %d", n)
 //
@@ -243,10 +247,10 @@ func (e *Error) canceled() bool {
 		(errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, ErrCanceled))
 }
 
-// StatusOf returns the status an error stands for: StatusOK for nil, the
-// status of an [*Error] found with errors.As, StatusClientTimeout for
-// context.DeadlineExceeded, StatusClientError for context.Canceled, and
-// StatusServiceError for any other error (a handler's own error).
+// StatusOf returns the status an error stands for. It is StatusOK for nil
+// and the status of an [*Error] found with errors.As. It is
+// StatusClientTimeout for context.DeadlineExceeded, StatusClientError for
+// context.Canceled, and StatusServiceError for any other error.
 func StatusOf(err error) Status {
 	if err == nil {
 		return StatusOK

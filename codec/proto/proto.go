@@ -51,10 +51,9 @@ func (Codec) ID() byte { return ID }
 func (Codec) Name() string { return Name }
 
 // Marshal appends the protobuf encoding of v, which must be a
-// proto.Message, to dst. When dst has room it allocates nothing of its own;
-// when it has not and the result is 64 KiB or more, the new buffer comes
-// from the shared pool of large buffers, where the transport returns it
-// after writing it.
+// proto.Message, to dst. When dst has room it allocates nothing of its own.
+// A new buffer for a result of 64 KiB or more comes from the shared pool of
+// large buffers; the transport returns it there after writing it.
 func (Codec) Marshal(dst []byte, v any) ([]byte, error) {
 	m, ok := v.(pb.Message)
 	if !ok {
