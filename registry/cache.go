@@ -20,10 +20,9 @@ type EmptyProtection uint8
 const (
 	// ProtectEmpty, the default, keeps the last known instances and
 	// marks them suspect (see [Cache.Suspect]) until a non-empty push
-	// arrives: a registry that wrongly reports nothing (a lost session,
-	// an operator's mistake on a prefix) does not stop every call, and
-	// dead instances are left to the caller's breaker. A service that
-	// is really scaled to zero therefore keeps its last instances.
+	// arrives. A registry that wrongly reports nothing then does not stop
+	// every call; dead instances are left to the caller's breaker. A
+	// service really scaled to zero therefore keeps its last instances.
 	ProtectEmpty EmptyProtection = iota
 	// AllowEmpty applies empty pushes like any other.
 	AllowEmpty
@@ -390,10 +389,10 @@ func (c *Cache) entry(service string) (*cacheEntry, error) {
 }
 
 // Stale reports whether the cache holds instances of service that the
-// registry could not confirm lately: it is unreachable or refuses the
-// service, or they came from the snapshot file and the registry has not
-// listed them since (an empty answer kept by ProtectEmpty leaves them
-// stale and suspect). It is false for a service never looked up.
+// registry could not confirm lately. The registry is unreachable or
+// refuses the service, or the instances came from the snapshot file and
+// the registry has not listed them since. It is false for a service never
+// looked up.
 func (c *Cache) Stale(service string) bool {
 	st := c.state(service)
 	return st != nil && st.stale
@@ -416,11 +415,12 @@ func (c *Cache) state(service string) *cacheState {
 	return e.state.Load()
 }
 
-// Close stops every watch and waits for the cache's goroutines to end,
-// except those inside a subscriber's call: those end as soon as the call
-// returns, without touching the registry or the snapshot file again, and
-// no subscriber is called once Close has begun. So a subscriber may call
-// Close. Later lookups return ErrClosed. It does not close the registry.
+// Close stops every watch and waits for the cache's goroutines to end.
+// It does not wait for those inside a subscriber's call, so a subscriber
+// may call Close. They end when the call returns, without touching the
+// registry or the snapshot file again. No subscriber is called once Close
+// has begun. Later lookups return ErrClosed. It does not close the
+// registry.
 func (c *Cache) Close() error {
 	c.mu.Lock()
 	if c.closed.Load() {

@@ -67,19 +67,16 @@ type Registry interface {
 }
 
 // Reachability is an optional interface of a Registry whose client keeps
-// a connection (or session) to the registry and knows, without asking it,
-// whether it can reach it. The etcd and ZooKeeper clients retry on their
-// own, so a call to a registry that refuses connections does not fail
-// before its deadline: a [Cache] whose first lookup of a service got no
-// answer within InitialTimeout asks Unreachable, so that its error tells
-// an unreachable registry from a slow one. registry/zk and registry/etcd
+// a connection or session to the registry. It knows, without asking the
+// registry, whether it can reach it. A [Cache] whose first lookup got no
+// answer within InitialTimeout asks it, so that its error tells an
+// unreachable registry from a slow one. registry/zk and registry/etcd
 // implement it.
 type Reachability interface {
 	// Unreachable returns an error wrapping ErrUnavailable, naming the
 	// registry's addresses, when the client cannot reach the registry
-	// now (its connection broke, or its attempts to connect fail); nil
-	// when it is connected, or cannot tell. It does no I/O and returns
-	// at once.
+	// now. It returns nil when it is connected or cannot tell. It does no
+	// I/O and returns at once.
 	Unreachable() error
 }
 
@@ -89,10 +86,10 @@ type Watcher interface {
 	// last returned (the first call returns the current set at once),
 	// then returns the full set. It returns ctx.Err() when ctx ends and
 	// ErrWatcherStopped after Stop. When the backend loses the registry
-	// (etcd: the connection; zk: the session, for the session timeout) it
-	// returns an error wrapping ErrUnavailable once, which is how a Cache
-	// learns that its instances are stale; the call after that returns
-	// the full set once the registry answers again.
+	// (etcd: the connection; zk: the session) it returns an error
+	// wrapping ErrUnavailable once: that is how a Cache learns that its
+	// instances are stale. The call after that returns the full set once
+	// the registry answers again.
 	Next(ctx context.Context) ([]Instance, error)
 	// Stop ends the watch; a Next blocked in another goroutine returns.
 	Stop()

@@ -14,9 +14,8 @@ import (
 )
 
 // lockWait bounds how long a snapshot write waits for another writer's
-// lock before it writes without it: a writer holds it for one read and
-// one write of a small file, so only a stuck one (a hung file system)
-// holds it longer.
+// lock before it writes without it. A writer holds the lock for one read
+// and one write of a small file; only a stuck one holds it longer.
 var lockWait = 2 * time.Second
 
 // lockSnapshot takes an exclusive advisory lock (flock) on the directory

@@ -7,10 +7,10 @@ import (
 	"sync/atomic"
 )
 
-// Subscribe calls fn with the instances of service each time they change:
-// at once with the current list if one is known, then from the service's
-// watch goroutine (or, for the snapshot file's list, from the lookup that
-// fell back to it). Calls never overlap and never go back to an older list;
+// Subscribe calls fn with the instances of service each time they change.
+// The first call comes at once when a list is known. Later calls come from
+// the service's watch goroutine, or from the lookup that fell back to the
+// snapshot file. Calls never overlap and never go back to an older list.
 // fn must return quickly and must not modify the slice. It may call the
 // Cache, Close included, and unsubscribe. Subscribe starts the watch of
 // the service if no lookup did. Call the returned function to stop the
@@ -68,10 +68,9 @@ type subscription struct {
 	fn   func([]Instance)
 	done atomic.Bool // unsubscribed
 
-	// turn, a lock that Close can interrupt, is held during fn and
-	// guards version: a goroutine waiting for it gives up at Close, so
-	// that a callback calling Close does not wait for a goroutine that
-	// waits for the callback.
+	// turn is a lock that Close can interrupt; it is held during fn and
+	// guards version. A goroutine waiting for it gives up at Close: a
+	// callback calling Close must not wait for one waiting for it.
 	turn    chan struct{}
 	version uint64 // of the last list delivered
 }

@@ -352,11 +352,11 @@ func slicesOf(m map[string]registry.Instance) []registry.Instance {
 	return out
 }
 
-// Unreachable implements registry.Reachability: it returns an error
-// wrapping ErrUnavailable, naming the endpoints, when the client's
-// connection to etcd is in TRANSIENT_FAILURE (every endpoint failed), or
-// is trying again after such a failure without having been READY since;
-// nil when it is connected, has not failed yet, or the registry is closed.
+// Unreachable implements registry.Reachability. It returns an error
+// wrapping ErrUnavailable, naming the endpoints, when every endpoint
+// failed (TRANSIENT_FAILURE) and the client has not been READY since. It
+// returns nil when the client is connected, has not failed yet, or the
+// registry is closed.
 func (r *Registry) Unreachable() error {
 	r.mu.Lock()
 	closed, mon := r.closed, r.conn
