@@ -1,12 +1,16 @@
 package etcd
 
 import (
+	"context"
 	"errors"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dabbrpc/dabb/internal/etcdtest"
 	"github.com/dabbrpc/dabb/registry"
@@ -171,5 +175,109 @@ func TestCacheSaysSilentEtcdDidNotAnswer(t *testing.T) {
 	err = firstLookup(t, r, registry.CacheConfig{InitialTimeout: 300 * time.Millisecond})
 	if msg := err.Error(); !strings.Contains(msg, "no answer within 300ms") || strings.Contains(msg, "could not be reached") {
 		t.Fatalf("Instances with etcd connected but silent = %q; want it to say there was no answer within 300ms", msg)
+	}
+}
+
+// TestWatcherAcrossOutage: while etcd is down a watcher reports the outage
+// once and never an empty set; once etcd is back it returns the full set,
+// with the changes made meanwhile.
+func TestWatcherAcrossOutage(t *testing.T) {
+	t.Parallel()
+	srv := etcdtest.Start(t)
+	provider := newRegistry(t, srv, Config{})
+	consumer := newRegistry(t, srv, Config{RequestTimeout: time.Second})
+	svc := service(t)
+	ctx := ctxFor(t, 30*time.Second)
+	if err := provider.Register(ctx, registry.Instance{Service: svc, ID: "a", Addr: "127.0.0.1:1"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := consumer.Watch(ctx, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitSet(t, w, time.Second, "before the outage", "a")
+
+	srv.Stop()
+	nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	got, err := w.Next(nctx)
+	cancel()
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Next during the outage = %v, %v; want an error wrapping ErrUnavailable", ids(got), err)
+	}
+	nctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	got, err = w.Next(nctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second Next during the outage = %v, %v; want it to block", ids(got), err)
+	}
+
+	srv.Start(t)
+	if err := provider.Register(ctx, registry.Instance{Service: svc, ID: "b", Addr: "127.0.0.1:2"}); err != nil {
+		t.Fatal(err)
+	}
+	waitSet(t, w, 5*time.Second, "after etcd is back", "a", "b")
+	if err := provider.Deregister(ctx, registry.Instance{Service: svc, ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	waitSet(t, w, time.Second, "a change after the outage", "b")
+}
+
+// TestCompactionRelists compacts past the revision a watcher is about to
+// watch from; the watcher must list again and see the changes.
+func TestCompactionRelists(t *testing.T) {
+	srv := etcdtest.Shared(t)
+	provider := newRegistry(t, srv, Config{})
+	consumer := newRegistry(t, srv, Config{})
+	cli := newClient(t, srv)
+	svc := service(t)
+	ctx := ctxFor(t, 20*time.Second)
+
+	var lists atomic.Int32
+	hookErr := make(chan error, 1)
+	relisted := make(chan struct{})
+	consumer.testHookAfterList = func(string) {
+		switch lists.Add(1) {
+		case 1:
+		case 2:
+			close(relisted)
+			return
+		default:
+			return
+		}
+		// Between the first list and the watch: change the service and
+		// compact, so the watch from the listed revision + 1 is refused.
+		err := provider.Register(ctx, registry.Instance{Service: svc, ID: "late", Addr: "127.0.0.1:9"})
+		if err == nil {
+			// One more revision, so that the compaction covers the
+			// registration's revision too.
+			var resp *clientv3.PutResponse
+			if resp, err = cli.Put(ctx, "/compaction-probe/"+svc, "x"); err == nil {
+				_, err = cli.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical())
+			}
+		}
+		hookErr <- err
+	}
+	w, err := consumer.Watch(ctx, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitSet(t, w, time.Second, "first list")
+	select {
+	case err := <-hookErr:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the watcher never reached its watch")
+	}
+	waitSet(t, w, 2*time.Second, "after the compaction", "late")
+	// The hook runs after a list has replaced the set, so the set can
+	// show "late" just before the second call: wait for that call.
+	select {
+	case <-relisted:
+	case <-time.After(2 * time.Second):
+		t.Fatalf("watcher listed %d times, want a second list after the compaction", lists.Load())
 	}
 }
