@@ -1,5 +1,7 @@
 //go:build linux
 
+// Tying a server process's life to the test binary on Linux.
+
 package proctest
 
 import (

@@ -1,5 +1,7 @@
 //go:build !linux
 
+// Process attributes where Linux's Pdeathsig is not available.
+
 package proctest
 
 import (

@@ -1,3 +1,5 @@
+// Shared: one server process for a whole test binary, started on first use.
+
 package proctest
 
 import (
