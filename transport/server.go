@@ -116,24 +116,92 @@ type Server struct {
 	slots atomic.Int64
 	// active counts the requests from dispatch until their response was
 	// handed to the writer; Shutdown waits for it to reach 0.
-	active   atomic.Int64
-	shutting atomic.Bool   // Shutdown or Close began
-	idle     chan struct{} // signalled when active drops to 0 while shutting
-	quit     chan struct{} // closed when Shutdown or Close begins
-	wg       sync.WaitGroup
+	active atomic.Int64
+	idle   chan struct{} // signalled when active drops to 0 after serving
+	quit   chan struct{} // closed when the server leaves serving
+	wg     sync.WaitGroup
 
-	workersMu     sync.Mutex    // guards the fields below
-	idleWorkers   []*idleWorker // a stack: the most recently idle on top
-	workersClosed bool          // Close began: workers exit instead of idling
-	reapGen       uint64        // reaps so far
-	reaper        *time.Timer   // retires long-idle workers; nil when none idle
+	workersMu   sync.Mutex    // guards the fields below
+	idleWorkers []*idleWorker // a stack: the most recently idle on top
+	reapGen     uint64        // reaps so far
+	reaper      *time.Timer   // retires long-idle workers; nil when none idle
 
-	mu        sync.Mutex // guards the fields below
-	closed    bool
+	mu sync.Mutex // guards the fields below
+	// state holds the serverState. Only enter writes it, holding mu.
+	// The request path reads it without the lock.
+	state     atomic.Int32
 	listeners map[net.Listener]*listenerState
-	hard      bool           // Close (or Shutdown's deadline) began: drain nothing more
-	drains    sync.WaitGroup // Serve loops draining their accept queue for Shutdown
 	conns     map[*serverConn]struct{}
+	// drains counts the Serve loops that still owe Shutdown a drain of
+	// their accept queue (listenerState.drain). It is a fact about each
+	// listener, not about the server, so it stays apart from state.
+	drains sync.WaitGroup
+}
+
+// serverState is where a Server is in its life. It only moves forward,
+// and only in enter:
+//
+//	serving  -> draining  Shutdown began
+//	serving  -> closed    Close
+//	draining -> closed    Shutdown is done, its ctx ended, or Close
+type serverState int32
+
+const (
+	// serving accepts connections and runs requests.
+	serving serverState = iota
+	// draining accepts only what the listeners have queued, answers
+	// requests with status 100 and waits for running handlers.
+	draining
+	// closed has closed every listener and connection and cancelled
+	// the handlers' contexts. Idle workers exit.
+	closed
+)
+
+// current returns the server's state.
+func (s *Server) current() serverState { return serverState(s.state.Load()) }
+
+// enter moves the server to state to and does what the move requires.
+// It reports whether the state changed; it never moves backward.
+// Entering closed again closes whatever is still open, so every Close
+// returns after the listeners and connections are closed.
+func (s *Server) enter(to serverState) bool {
+	s.mu.Lock()
+	from := s.current()
+	if to < from || (to == from && to != closed) {
+		s.mu.Unlock()
+		return false
+	}
+	s.state.Store(int32(to))
+	if from == serving {
+		close(s.quit)
+	}
+	for l, st := range s.listeners {
+		if to == draining {
+			if dl, ok := l.(deadliner); ok {
+				// Its Serve loop accepts what is queued, then closes
+				// it (drainQueue); Shutdown waits for s.drains.
+				st.drain = true
+				s.drains.Add(1)
+				_ = dl.SetDeadline(time.Now()) // wakes the loop's Accept
+				continue
+			}
+		}
+		_ = l.Close()
+	}
+	var conns []*serverConn
+	if to == closed {
+		conns = s.openConnsLocked()
+	}
+	s.mu.Unlock()
+	if to == closed {
+		// Connections first, so no handler answers once Close was called.
+		for _, sc := range conns {
+			sc.close()
+		}
+		s.cancel()
+		s.closeWorkers()
+	}
+	return from != to
 }
 
 // NewServer returns a Server that serves requests with h (nil answers every
@@ -178,7 +246,7 @@ func NewServer(h Handler, cfg ServerConfig) *Server {
 // a short backoff. Serve closes l when it returns.
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
-	if s.closed {
+	if s.current() != serving {
 		s.mu.Unlock()
 		_ = l.Close()
 		return ErrServerClosed
@@ -187,11 +255,8 @@ func (s *Server) Serve(l net.Listener) error {
 	s.listeners[l] = st
 	s.mu.Unlock()
 	defer func() {
+		s.endDrain(st)
 		s.mu.Lock()
-		if st.drain {
-			st.drain = false
-			s.drains.Done()
-		}
 		delete(s.listeners, l)
 		s.mu.Unlock()
 		_ = l.Close()
@@ -201,7 +266,7 @@ func (s *Server) Serve(l net.Listener) error {
 	for {
 		nc, err := l.Accept()
 		if err != nil {
-			if s.shutting.Load() {
+			if s.current() != serving {
 				s.drainQueue(l, st)
 				return ErrServerClosed
 			}
@@ -222,12 +287,12 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 		delay = 0
 		sc := newServerConn(s, nc)
-		if !s.track(sc, false) {
+		if !s.track(sc) {
 			// Shutdown began after this Accept: serve the connection
 			// as one from the queue, or close it if the server is
 			// closed for good.
 			sc.drained = true
-			if !s.track(sc, true) {
+			if !s.track(sc) {
 				_ = nc.Close()
 				return ErrServerClosed
 			}
@@ -267,14 +332,7 @@ func (s *Server) drainQueue(l net.Listener, st *listenerState) {
 	if !drain {
 		return
 	}
-	defer func() {
-		s.mu.Lock()
-		if st.drain {
-			st.drain = false
-			s.drains.Done()
-		}
-		s.mu.Unlock()
-	}()
+	defer s.endDrain(st)
 	dl, ok := l.(deadliner)
 	if !ok {
 		return
@@ -287,7 +345,7 @@ func (s *Server) drainQueue(l net.Listener, st *listenerState) {
 		}
 		sc := newServerConn(s, nc)
 		sc.drained = true
-		if !s.track(sc, true) {
+		if !s.track(sc) {
 			_ = nc.Close()
 			return
 		}
@@ -295,13 +353,23 @@ func (s *Server) drainQueue(l net.Listener, st *listenerState) {
 	}
 }
 
-// track registers a connection and counts its goroutine; false once the
-// server is closing, or, for a connection drained from an accept queue
-// during Shutdown (draining), once it is closed for good.
-func (s *Server) track(sc *serverConn, draining bool) bool {
+// endDrain records that st's Serve loop owes Shutdown no drain.
+func (s *Server) endDrain(st *listenerState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.hard || (s.closed && !draining) {
+	if st.drain {
+		st.drain = false
+		s.drains.Done()
+	}
+}
+
+// track registers a connection and counts its goroutine. It refuses
+// every connection once the server is closed, and, while it drains, all
+// but those accepted from a listener's queue (sc.drained).
+func (s *Server) track(sc *serverConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.current(); st == closed || (st == draining && !sc.drained) {
 		return false
 	}
 	s.conns[sc] = struct{}{}
@@ -313,38 +381,6 @@ func (s *Server) forget(sc *serverConn) {
 	s.mu.Lock()
 	delete(s.conns, sc)
 	s.mu.Unlock()
-}
-
-// stop marks the server closing and returns the open connections; it
-// reports false when it was already closing. graceful (Shutdown) asks each
-// Serve loop whose listener takes a deadline to accept what is queued
-// before it closes the listener (drainQueue; Shutdown waits for s.drains);
-// otherwise, and for other listeners, the listeners are closed now.
-func (s *Server) stop(graceful bool) ([]*serverConn, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	first := !s.closed
-	if first {
-		s.closed = true
-		s.shutting.Store(true)
-		close(s.quit)
-	}
-	if !graceful {
-		s.hard = true
-	}
-	for l, st := range s.listeners {
-		if graceful && st.drain {
-			continue // a first Shutdown's drain owns it and closes it
-		}
-		if dl, ok := l.(deadliner); ok && graceful && first {
-			st.drain = true
-			s.drains.Add(1)
-			_ = dl.SetDeadline(time.Now()) // wakes the loop's Accept
-			continue
-		}
-		_ = l.Close()
-	}
-	return s.openConnsLocked(), first
 }
 
 // openConns returns the connections being served.
@@ -383,7 +419,7 @@ func (s *Server) openConnsLocked() []*serverConn {
 // everything and returns ctx.Err() (after the handlers returned, with
 // ServerConfig.WaitForHandlers).
 func (s *Server) Shutdown(ctx context.Context) error {
-	_, first := s.stop(true)
+	first := s.enter(draining)
 	// Announce read-only on every connection at once: from now on
 	// requests are answered "shutting down" (100), and a client must
 	// know why before it sees one, or it takes them for an overloaded
@@ -407,7 +443,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			s.closeAll(s.cfg.WaitForHandlers)
+			_ = s.Close()
 			return ctx.Err()
 		}
 	}
@@ -425,7 +461,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				}
 			}
 		case <-ctx.Done():
-			s.closeAll(s.cfg.WaitForHandlers)
+			_ = s.Close()
 			return ctx.Err()
 		}
 	}
@@ -439,14 +475,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				s.closeAll(s.cfg.WaitForHandlers)
+				_ = s.Close()
 				return ctx.Err()
 			}
 			poll = min(2*poll, 20*time.Millisecond)
 		}
 	}
 	err := s.linger(ctx, conns)
-	s.closeAll(true) // the handlers are done: only the readers are left to end
+	s.enter(closed)
+	s.wg.Wait() // the handlers are done: only the readers are left to end
 	return err
 }
 
@@ -480,31 +517,18 @@ func (s *Server) linger(ctx context.Context, conns []*serverConn) error {
 
 // Close closes the server at once: listeners, connections and handler
 // contexts. With ServerConfig.WaitForHandlers it waits for the handlers to
-// return.
+// return. Close is idempotent: every call returns nil.
 func (s *Server) Close() error {
-	s.stop(false)
-	s.closeAll(s.cfg.WaitForHandlers)
-	return nil
-}
-
-// closeAll closes the connections first, so no handler answers once Close
-// was called, then cancels the handlers' contexts; with wait, it waits for
-// the server's goroutines (readers, workers and the handlers they run).
-func (s *Server) closeAll(wait bool) {
-	conns, _ := s.stop(false) // also catches connections tracked meanwhile
-	for _, sc := range conns {
-		sc.close()
-	}
-	s.cancel()
-	s.closeWorkers()
-	if wait {
+	s.enter(closed)
+	if s.cfg.WaitForHandlers {
 		s.wg.Wait()
 	}
+	return nil
 }
 
 // release ends a request counted by active.
 func (s *Server) release() {
-	if s.active.Add(-1) == 0 && s.shutting.Load() {
+	if s.active.Add(-1) == 0 && s.current() != serving {
 		select {
 		case s.idle <- struct{}{}:
 		default:

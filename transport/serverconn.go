@@ -252,7 +252,7 @@ func (sc *serverConn) dispatch(call *serverCall) {
 	var status protocol.Status
 	var msg []byte
 	switch {
-	case s.shutting.Load():
+	case s.current() != serving:
 		status, msg = protocol.StatusServerThreadpoolExhausted, msgShuttingDown
 	case req.Timeout < 0:
 		status, msg = protocol.StatusServerTimeout, msgBudgetSpent
@@ -260,7 +260,7 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		s.slots.Add(-1)
 		status, msg = protocol.StatusServerThreadpoolExhausted, msgBusy
 	default:
-		if s.active.Add(1); s.shutting.Load() { // Shutdown began meanwhile
+		if s.active.Add(1); s.current() != serving { // Shutdown began meanwhile
 			s.slots.Add(-1)
 			s.release()
 			status, msg = protocol.StatusServerThreadpoolExhausted, msgShuttingDown
@@ -268,7 +268,7 @@ func (sc *serverConn) dispatch(call *serverCall) {
 	}
 	if status != 0 {
 		if twoWay {
-			if status == protocol.StatusServerThreadpoolExhausted && s.shutting.Load() {
+			if status == protocol.StatusServerThreadpoolExhausted && s.current() != serving {
 				sc.announce() // the client learns why before it sees the 100
 			}
 			sc.answer(req, status, msg)

@@ -448,7 +448,7 @@ func TestShutdownDrainsAcceptQueue(t *testing.T) {
 		t.Fatalf("write: %v", err)
 	}
 	done := startShutdown(t, srv)
-	eventually(t, "Shutdown to begin", srv.shutting.Load)
+	eventually(t, "Shutdown to begin", func() bool { return srv.current() != serving })
 	close(gl.gate)
 
 	rd := protocol.NewReader(bufio.NewReader(c), 0)

@@ -56,7 +56,9 @@ func (s *Server) takeIdle() *idleWorker {
 func (s *Server) putIdle(w *idleWorker) bool {
 	s.workersMu.Lock()
 	defer s.workersMu.Unlock()
-	if s.workersClosed {
+	// enter stores closed before closeWorkers takes workersMu. A worker
+	// pushed before that is told to exit there; one after sees closed.
+	if s.current() == closed {
 		return false
 	}
 	w.gen = s.reapGen
@@ -73,8 +75,8 @@ func (s *Server) putIdle(w *idleWorker) bool {
 func (s *Server) reap() {
 	s.workersMu.Lock()
 	defer s.workersMu.Unlock()
-	if s.workersClosed {
-		return
+	if s.current() == closed {
+		return // closeWorkers stops the reaper
 	}
 	old := 0
 	for old < len(s.idleWorkers) && s.idleWorkers[old].gen < s.reapGen {
@@ -97,7 +99,6 @@ func (s *Server) reap() {
 func (s *Server) closeWorkers() {
 	s.workersMu.Lock()
 	defer s.workersMu.Unlock()
-	s.workersClosed = true
 	for _, w := range s.idleWorkers {
 		w.ch <- nil
 	}
