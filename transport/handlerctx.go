@@ -1,4 +1,4 @@
-// handlerCtx: a handler's context, and Request and RequestMetadata that read it.
+// A handler's context (handlerCtx), and Request and RequestMetadata that read it.
 
 package transport
 
@@ -12,21 +12,23 @@ import (
 )
 
 // handlerCtx is a handler's context when its request is two-way or came
-// with a budget: the server's base context (closed by Close), the
-// deadline if any, and cancellation by the client's cancel event. It is
-// one allocation per call; the channel, the deadline timer and the watch
-// on the base context are set up only if Done (or AfterFunc, which
-// derived contexts use) is called, and Err reads the clock until then.
-// It is cancelled with context.Canceled when ServeRPC returns, like
-// net/http's request context, and stays so.
+// with a budget. It is done when the server closes, at the deadline if
+// any, and on the client's cancel event. It is cancelled with
+// context.Canceled when ServeRPC returns, like net/http's request
+// context, and stays so.
+//
+// It costs one allocation per call, where context.WithDeadline and
+// context.WithValue cost several. The channel, the deadline timer and the
+// watch on the base context are made only if Done or AfterFunc is called.
+// Until then Err reads the clock.
 type handlerCtx struct {
 	base     context.Context // cancelled by the server's Close
 	deadline time.Time       // zero: none
-	// req is the request being served (Request), nil once the handler
-	// returned: the message goes back to a pool then.
+	// req is the request being served (Request). It is nil once the
+	// handler returned: the message goes back to a pool then.
 	req atomic.Pointer[protocol.Message]
-	// What the context keeps of its request for good (RequestMetadata):
-	// the decoded attachment map is the request's own, never reused.
+	// What the context keeps of its request for good (RequestMetadata).
+	// The decoded attachment map is the request's own, never reused.
 	attachments    map[string]string
 	idempotencyKey string
 
@@ -40,6 +42,8 @@ type handlerCtx struct {
 	afters   []*afterFunc
 }
 
+// newHandlerCtx returns the context of a handler serving req.
+// A zero deadline means none.
 func newHandlerCtx(base context.Context, deadline time.Time, req *protocol.Message) *handlerCtx {
 	c := &handlerCtx{base: base, deadline: deadline,
 		attachments: req.Attachments, idempotencyKey: req.IdempotencyKey}
@@ -47,6 +51,8 @@ func newHandlerCtx(base context.Context, deadline time.Time, req *protocol.Messa
 	return c
 }
 
+// afterFunc is a function registered by AfterFunc. Its pointer tells
+// registrations of the same function apart.
 type afterFunc struct{ f func() }
 
 // closedChan is the Done channel of a context finished before anyone asked.
@@ -62,10 +68,10 @@ var _ context.Context = (*handlerCtx)(nil)
 func (c *handlerCtx) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
 
 // handlerCtxKey is the context key under which a handler's context
-// answers with itself (Request, RequestMetadata).
+// answers with itself, for Request and RequestMetadata.
 type handlerCtxKey struct{}
 
-// Value answers handlerCtxKey with c; it carries no other values.
+// Value answers handlerCtxKey with c. It carries no other values.
 func (c *handlerCtx) Value(key any) any {
 	if _, ok := key.(handlerCtxKey); ok {
 		return c
@@ -73,13 +79,15 @@ func (c *handlerCtx) Value(key any) any {
 	return nil
 }
 
-// Request returns the request a handler's ctx (or a context derived from
-// it) was made for, or nil: a server gives a handler such a context for
-// every two-way request and every request with a budget, which lets
-// layers above read the request without wrapping the context in a new
-// value per call. The message is valid only until the handler returns;
-// after that Request returns nil (the message is reused). What a context
-// kept past the call may still read is RequestMetadata.
+// Request returns the request a handler's ctx, or a context derived from
+// it, was made for. A server gives a handler such a context for every
+// two-way request and every request with a budget. Request returns nil
+// for other contexts. Layers above read the request this way without
+// wrapping the context in a new value per call.
+//
+// The message is valid only until the handler returns. After that Request
+// returns nil: the message is reused. A context kept past the call may
+// still read RequestMetadata.
 func Request(ctx context.Context) *protocol.Message {
 	if c, ok := ctx.Value(handlerCtxKey{}).(*handlerCtx); ok {
 		return c.req.Load()
@@ -88,10 +96,10 @@ func Request(ctx context.Context) *protocol.Message {
 }
 
 // RequestMetadata returns the attachments and the idempotency key of the
-// request a handler's ctx (or a context derived from it) was made for;
-// ok is false for a context that is not one. Unlike Request, they stay
-// valid after the handler returns, for a context kept for work that goes
-// on (the map is the request's own: read it, do not modify it).
+// request a handler's ctx, or a context derived from it, was made for.
+// ok is false for any other context. Unlike Request, they stay valid
+// after the handler returns, for work that goes on. The map is the
+// request's own: read it, do not modify it.
 func RequestMetadata(ctx context.Context) (attachments map[string]string, idempotencyKey string, ok bool) {
 	c, ok := ctx.Value(handlerCtxKey{}).(*handlerCtx)
 	if !ok {
@@ -101,7 +109,7 @@ func RequestMetadata(ctx context.Context) (attachments map[string]string, idempo
 }
 
 // Done returns a channel closed at the deadline, on server close, on the
-// client's cancel event or when the handler returns.
+// client's cancel event, or when the handler returns.
 func (c *handlerCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -128,8 +136,8 @@ func (c *handlerCtx) Err() error {
 	return err
 }
 
-// AfterFunc runs f in its own goroutine once c is done (the interface
-// context.WithCancel and context.AfterFunc look for); stop prevents that.
+// AfterFunc runs f in its own goroutine once c is done; stop prevents
+// that. context.WithCancel and context.AfterFunc look for this method.
 func (c *handlerCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	c.armLocked()
@@ -155,6 +163,8 @@ func (c *handlerCtx) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
+// expiredLocked returns the error c has by now, or nil, from the clock
+// and the base context.
 func (c *handlerCtx) expiredLocked() error {
 	if c.base.Err() != nil {
 		return context.Canceled
@@ -184,7 +194,7 @@ func (c *handlerCtx) armLocked() {
 }
 
 // finishLocked marks c done with err. The caller stops the timer and the
-// base watch and runs the after funcs, outside the lock.
+// base watch, and runs the after funcs, outside the lock.
 func (c *handlerCtx) finishLocked(err error) {
 	c.finished = true
 	c.err = err

@@ -15,30 +15,28 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
-// Handler serves one request. It fills resp: its status
-// (resp.Header.SetStatus; zero means OK), Payload and Attachments. The
-// transport sets resp's magic, id and flags (a response with the request's
-// serialization id) and encodes it after ServeRPC returns, then reuses both
-// messages: neither may be kept after ServeRPC returns.
+// Handler serves one request.
 //
-// resp.Payload arrives empty but with the capacity of an earlier response,
-// so that encoding into it allocates nothing: append to it
-// (resp.Payload = append(resp.Payload[:0], ...)). The transport reuses
-// whatever resp.Payload holds once the response is written, so a handler
-// that assigns a slice of its own must not touch that slice again. Echoing
-// the request (resp.Payload = req.Payload) is fine: that array stays the
-// request's.
+// ServeRPC fills resp: its status (resp.Header.SetStatus; zero means OK),
+// its Payload and its Attachments. After ServeRPC returns, the transport
+// sets resp's magic, id and flags and encodes it. Then it reuses both
+// messages, so neither may be kept after ServeRPC returns.
 //
-// ctx carries the request's deadline when it came with a budget, and is
-// cancelled when the server is closed, and, for a two-way request, when
-// the client sends the cancel event for it or its connection closes: the
-// caller gave up, or is gone. Either
-// way ctx.Err() is then context.Canceled. The response of a call the
-// client cancelled is not sent, since nobody waits for it; nor is the
-// response of a call whose budget ran out before the handler returned:
-// the caller's deadline was no later, so it has given up. A handler must
-// return once ctx is done. Like the messages, ctx must not be used after
-// ServeRPC returns: the server reuses it.
+// resp.Payload arrives empty, with the capacity of an earlier response.
+// Appending to it (resp.Payload = append(resp.Payload[:0], ...)) allocates
+// nothing. The transport reuses whatever resp.Payload holds once the
+// response is written. A handler that assigns a slice of its own must not
+// touch that slice again. Echoing the request (resp.Payload = req.Payload)
+// is fine: that array stays the request's.
+//
+// ctx carries the request's deadline when the request came with a budget.
+// It is cancelled when the server closes. For a two-way request it is
+// also cancelled when the client sends the cancel event or its connection
+// closes. ctx.Err() is then context.Canceled. No response is sent for a
+// call the client cancelled. Nor is one sent for a call whose budget ran
+// out before the handler returned: its caller has given up. A handler
+// must return once ctx is done. Like the messages, ctx must not be used
+// after ServeRPC returns.
 type Handler interface {
 	ServeRPC(ctx context.Context, req, resp *protocol.Message)
 }
@@ -56,40 +54,37 @@ var ErrServerClosed = errors.New("transport: server closed")
 
 // ServerConfig configures a Server. The zero value works.
 type ServerConfig struct {
-	// MaxConcurrent bounds the requests running at once across the
-	// server; a request over it is answered with status 100 at once,
-	// never queued. Default 10000.
+	// MaxConcurrent bounds the requests running at once on the server.
+	// A request over it is answered at once with status 100, never queued.
+	// Default 10000; zero or less means the default.
 	MaxConcurrent int
-	// MaxBody limits a request's body. A larger request is read and
-	// dropped and answered with status 40 (the connection stays), unless
-	// it claims more than 64 MiB, which closes the connection. It bounds
-	// responses too: a handler's answer over it is replaced by status 50
-	// (bad response) saying so, as Apache Dubbo's payload limit does.
-	// Default protocol.DefaultMaxBody.
+
+	// MaxBody limits the body of a request and of a response, in bytes.
+	// A larger request is dropped and answered with status 40. One that
+	// claims over 64 MiB closes its connection. A larger response is
+	// replaced by status 50. Default (zero) protocol.DefaultMaxBody.
 	MaxBody uint32
-	// HeartbeatInterval: a connection that read nothing for this long
-	// sends a heartbeat; one silent for 3 intervals is closed.
-	// Default 60s.
+
+	// HeartbeatInterval is how long a connection reads nothing before it
+	// sends a heartbeat. One silent for 3 intervals is closed.
+	// Default 60s; zero or less means the default.
 	HeartbeatInterval time.Duration
-	// ShutdownLinger is how long Shutdown waits, after the last handler,
-	// for clients to close their connections after the read-only event;
-	// peers that do not understand the event are closed when it runs out.
-	// Meanwhile every request that arrives is answered at once with status
-	// 100, not run. A dabb Pool closes a connection as soon as its last
-	// call is answered, so Shutdown rarely waits this long. A peer that
-	// ignores the event can lose a request it writes after the server's
-	// last read: it sees the connection close with no answer, although
-	// nothing ran. Default 2s.
+
+	// ShutdownLinger bounds how long Shutdown waits, after the last
+	// handler, for clients to close their connections. Requests arriving
+	// meanwhile get status 100 and do not run. A dabb Pool closes its
+	// connection once its last call is answered, so the wait is short.
+	// Default 2s; zero or less means the default.
 	ShutdownLinger time.Duration
-	// WaitForHandlers makes Close, and a Shutdown whose ctx ends first,
-	// wait for the running handlers to return (their contexts are
-	// cancelled). By default they return as soon as the connections are
-	// closed, as net/http's Shutdown and gRPC's Stop do: a handler that
-	// ignores its context cannot hold the process up, and runs on until
-	// it returns, its answer going nowhere.
+
+	// WaitForHandlers makes Close, and a Shutdown whose ctx ends, wait
+	// for the running handlers to return. By default they are left to
+	// return on their own, as net/http's Shutdown and gRPC's Stop do.
+	// Default false.
 	WaitForHandlers bool
-	// Logger receives connection events and handler panics. Nil means
-	// slog.Default().
+
+	// Logger receives connection events and handler panics.
+	// Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -100,8 +95,8 @@ var (
 	msgBudgetSpent  = []byte("timeout budget spent before the handler ran")
 )
 
-// Server serves requests on any number of listeners. Create it with
-// NewServer.
+// Server serves requests on any number of listeners.
+// Create it with NewServer.
 type Server struct {
 	h      Handler
 	cfg    ServerConfig
@@ -109,13 +104,11 @@ type Server struct {
 	base   context.Context // parent of every handler's ctx
 	cancel context.CancelFunc
 
-	// slots counts the requests holding a MaxConcurrent slot: taken in
-	// dispatch, given back before the response is written, so a caller
-	// that sends its next request as soon as it has the answer never
-	// finds its own finished call still counted.
+	// slots counts the requests holding a MaxConcurrent slot.
+	// dispatch takes one; finish gives it back before the response.
 	slots atomic.Int64
-	// active counts the requests from dispatch until their response was
-	// handed to the writer; Shutdown waits for it to reach 0.
+	// active counts the requests from dispatch until their response is
+	// in the writer. Shutdown waits for it to reach 0.
 	active atomic.Int64
 	idle   chan struct{} // signalled when active drops to 0 after serving
 	quit   chan struct{} // closed when the server leaves serving
@@ -138,8 +131,8 @@ type Server struct {
 	drains sync.WaitGroup
 }
 
-// serverState is where a Server is in its life. It only moves forward,
-// and only in enter:
+// serverState is where a Server is in its life.
+// It moves only forward, and only in enter:
 //
 //	serving  -> draining  Shutdown began
 //	serving  -> closed    Close
@@ -161,8 +154,8 @@ const (
 func (s *Server) current() serverState { return serverState(s.state.Load()) }
 
 // enter moves the server to state to and does what the move requires.
-// It reports whether the state changed; it never moves backward.
-// Entering closed again closes whatever is still open, so every Close
+// It reports whether the state changed. It never moves backward.
+// Entering closed again closes whatever is still open. So every Close
 // returns after the listeners and connections are closed.
 func (s *Server) enter(to serverState) bool {
 	s.mu.Lock()
@@ -204,8 +197,8 @@ func (s *Server) enter(to serverState) bool {
 	return from != to
 }
 
-// NewServer returns a Server that serves requests with h (nil answers every
-// request with status 60). It does no I/O.
+// NewServer returns a Server that serves requests with h.
+// A nil h answers every request with status 60. NewServer does no I/O.
 func NewServer(h Handler, cfg ServerConfig) *Server {
 	if h == nil {
 		h = HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
@@ -241,9 +234,9 @@ func NewServer(h Handler, cfg ServerConfig) *Server {
 	return s
 }
 
-// Serve accepts connections on l and serves them until Shutdown or Close,
-// then returns ErrServerClosed. Temporary accept errors are retried after
-// a short backoff. Serve closes l when it returns.
+// Serve accepts connections on l and serves them until Shutdown or Close.
+// Then it returns ErrServerClosed. It retries failed accepts after a
+// short backoff. Serve closes l when it returns.
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.current() != serving {
@@ -288,9 +281,8 @@ func (s *Server) Serve(l net.Listener) error {
 		delay = 0
 		sc := newServerConn(s, nc)
 		if !s.track(sc) {
-			// Shutdown began after this Accept: serve the connection
-			// as one from the queue, or close it if the server is
-			// closed for good.
+			// Shutdown began after this Accept. Serve the connection as
+			// one from the queue, unless the server is closed for good.
 			sc.drained = true
 			if !s.track(sc) {
 				_ = nc.Close()
@@ -306,8 +298,8 @@ func (s *Server) Serve(l net.Listener) error {
 
 // listenerState is what Shutdown asks of one Serve loop.
 type listenerState struct {
-	// drain: the loop accepts what is queued before it closes its
-	// listener (counted in Server.drains until it has).
+	// drain asks the loop to accept what is queued before it closes its
+	// listener. Server.drains counts it until the loop has.
 	drain bool
 }
 
@@ -320,12 +312,13 @@ type deadliner interface{ SetDeadline(time.Time) error }
 const queueDrainWindow = 10 * time.Millisecond
 
 // drainQueue accepts the connections that completed their handshake
-// before Shutdown, if Shutdown asked this loop to (st.drain), and serves
-// them like every other connection during Shutdown: they get the read-only
-// event, and their requests status 100, "not run, safe to retry". Closing
-// a listener instead makes the operating system reset them, and a client
-// that has already sent on one cannot tell that nothing ran.
+// before Shutdown, if Shutdown asked this loop to (st.drain). It serves
+// them like every connection during Shutdown. They get the read-only
+// event, and their requests get status 100: not run, safe to retry.
 func (s *Server) drainQueue(l net.Listener, st *listenerState) {
+	// Closing the listener instead would make the operating system reset
+	// these connections. A client that has sent on one could not tell
+	// that nothing ran.
 	s.mu.Lock()
 	drain := st.drain
 	s.mu.Unlock()
@@ -377,6 +370,7 @@ func (s *Server) track(sc *serverConn) bool {
 	return true
 }
 
+// forget removes a closed connection.
 func (s *Server) forget(sc *serverConn) {
 	s.mu.Lock()
 	delete(s.conns, sc)
@@ -398,36 +392,33 @@ func (s *Server) openConnsLocked() []*serverConn {
 	return conns
 }
 
-// Shutdown stops the server gracefully: it stops accepting, sends the
-// read-only event on every open connection, answers requests arriving from
-// then on with status 100 "server shutting down" (rejected, not run: safe
-// to retry), and waits for running handlers to finish and their responses
-// to be written. It then lingers: it keeps reading (and rejecting) until
-// each client has closed its connection, which a dabb Pool does once its
-// last call on it is answered, for at most ServerConfig.ShutdownLinger,
-// and closes whatever is left. So no request a dabb client sent on a
-// connection being served goes unanswered. A peer that ignores the
-// read-only event is closed when the linger runs out; a request it wrote
-// after the server's last read is lost without an answer (it was not run,
-// but that peer cannot know). Connections still in a listener's accept
-// queue when Shutdown begins are accepted and served the same way before
-// the listener closes (for listeners with SetDeadline, as TCP and Unix
-// listeners have), rather than left to the operating system, which would
-// reset them under a client that may already have sent its request.
+// Shutdown stops the server gracefully. It stops accepting and sends the
+// read-only event on every open connection. From then on it answers new
+// requests with status 100, "server shutting down": not run, safe to
+// retry. It waits for the running handlers to finish and for their
+// responses to be written.
 //
-// If ctx ends first, Shutdown cancels the handlers' contexts, closes
-// everything and returns ctx.Err() (after the handlers returned, with
-// ServerConfig.WaitForHandlers).
+// Then Shutdown lingers. It keeps reading, and rejecting, until each
+// client has closed its connection, for at most ServerConfig.ShutdownLinger.
+// A dabb Pool closes a connection once its last call on it is answered.
+// So no request a dabb client sent goes unanswered. A peer that ignores
+// the read-only event is closed when the linger runs out. A request it
+// wrote after the server's last read is lost without an answer.
+//
+// Connections still in a listener's accept queue are accepted and served
+// the same way before the listener closes. This needs a listener with
+// SetDeadline, as TCP and Unix listeners have.
+//
+// If ctx ends first, Shutdown closes the server as Close does and returns
+// ctx.Err().
 func (s *Server) Shutdown(ctx context.Context) error {
 	first := s.enter(draining)
-	// Announce read-only on every connection at once: from now on
-	// requests are answered "shutting down" (100), and a client must
-	// know why before it sees one, or it takes them for an overloaded
-	// instance (its breaker would open on a server about to be
-	// restarted). A write can block on a full socket, so each runs on
-	// its own goroutine; closing the connections releases any that is
-	// stuck, and Shutdown waits for them all. Connections still queued
-	// in the listeners are accepted meanwhile and announce themselves.
+	// Announce read-only on every connection at once. A client must know
+	// why before it sees a 100. Otherwise it takes the server for an
+	// overloaded one, and its breaker opens on a server about to restart.
+	// A write can block on a full socket, so each runs on its own
+	// goroutine. Closing the connections releases a stuck one.
+	// Connections drained from the accept queues announce themselves.
 	var events sync.WaitGroup
 	if first {
 		for _, sc := range s.openConns() {
@@ -452,8 +443,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for s.active.Load() != 0 {
 		select {
 		case <-s.idle:
-			// release signals once; pass it on to any other Shutdown
-			// waiting here.
+			// release signals once: pass it on to another Shutdown.
 			if s.active.Load() == 0 {
 				select {
 				case s.idle <- struct{}{}:
@@ -465,8 +455,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	// Handlers are done; wait until their responses left the writers.
-	// Polled, like net/http's Shutdown: it is short and happens once.
+	// Handlers are done. Wait until their responses left the writers.
+	// Polled, like net/http's Shutdown: the wait is short and happens once.
 	poll := time.Millisecond
 	for _, sc := range conns {
 		for !sc.w.idle() {
@@ -487,9 +477,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// linger waits until the peers closed conns, or ShutdownLinger has passed
-// (nil), or ctx is done (its error). Each connection's done channel closes
-// when its reader sees the peer go, and the connection is forgotten then.
+// linger waits until the peers closed conns, or ShutdownLinger passed,
+// and returns nil. If ctx ends first it returns ctx.Err(). A connection's
+// done channel closes when its reader sees the peer go.
 func (s *Server) linger(ctx context.Context, conns []*serverConn) error {
 	t := time.NewTimer(s.cfg.ShutdownLinger)
 	defer t.Stop()
@@ -515,14 +505,16 @@ func (s *Server) linger(ctx context.Context, conns []*serverConn) error {
 	return nil
 }
 
-// Close closes the server at once: listeners, connections and handler
-// contexts. With ServerConfig.WaitForHandlers it waits for the handlers to
-// return. Close is idempotent: every call returns nil.
+// Close closes the listeners and connections at once and cancels the
+// handlers' contexts. With ServerConfig.WaitForHandlers it waits for the
+// handlers to return. Close is idempotent: every call returns nil.
 func (s *Server) Close() error {
 	s.enter(closed)
 	if s.cfg.WaitForHandlers {
 		s.wg.Wait()
 	}
+	// Otherwise a handler that ignores its context cannot hold the process
+	// up. It runs on until it returns, and its answer goes nowhere.
 	return nil
 }
 

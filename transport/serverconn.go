@@ -18,8 +18,8 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
-// serverConn is one accepted connection: one reader goroutine, the
-// coalescing writer shared by the handlers, one heartbeat timer.
+// serverConn is one accepted connection. It has one reader goroutine,
+// one coalescing writer shared by the handlers and one heartbeat timer.
 type serverConn struct {
 	s      *Server
 	nc     net.Conn
@@ -28,27 +28,26 @@ type serverConn struct {
 	live   liveness
 	reply  protocol.Message // scratch for the reader's own answers
 	done   chan struct{}    // closed by close
-	// drained: accepted during Shutdown (from the accept queue); its
-	// reader sends the read-only event before it reads anything.
+	// drained marks a connection accepted from the queue during Shutdown.
+	// Its reader sends the read-only event before it reads anything.
 	drained bool
-	// announced sends the read-only event once, whoever comes first:
-	// Shutdown, or the reader about to answer a request with "shutting
-	// down". Once.Do returns only after the event is in the writer, so
-	// no such answer reaches the client before it.
+	// announced sends the read-only event once. Shutdown or the reader
+	// about to answer "shutting down" sends it, whoever comes first.
 	announced sync.Once
 
 	mu     sync.Mutex // guards the fields below
 	closed bool
 	hb     *time.Timer
 
-	// callsMu guards running: the two-way calls of this connection from
-	// dispatch until their handler returned, by request id, so a cancel
-	// event finds the handler's context. Ids are the client's, unique per
+	// callsMu guards running: the two-way calls of this connection by
+	// request id, from dispatch until their handler returned. A cancel
+	// event finds its call there. Ids are the client's, unique per
 	// connection, so a cancel never reaches another connection's call.
 	callsMu sync.Mutex
 	running map[uint64]*serverCall
 }
 
+// newServerConn wraps an accepted connection. It starts no goroutine.
 func newServerConn(s *Server, nc net.Conn) *serverConn {
 	sc := &serverConn{s: s, nc: nc, done: make(chan struct{}), running: make(map[uint64]*serverCall)}
 	sc.w.init(nc, func(err error) {
@@ -58,6 +57,7 @@ func newServerConn(s *Server, nc net.Conn) *serverConn {
 	return sc
 }
 
+// close closes the connection and cancels its running calls, once.
 func (sc *serverConn) close() {
 	sc.mu.Lock()
 	if sc.closed {
@@ -72,8 +72,8 @@ func (sc *serverConn) close() {
 	sc.mu.Unlock()
 	sc.w.fail(ErrServerClosed)
 	_ = sc.nc.Close()
-	// The callers of the calls still running are gone with the
-	// connection: cancel them, as if each had sent the cancel event.
+	// The callers of the running calls are gone with the connection.
+	// Cancel the calls, as if each caller had sent the cancel event.
 	sc.callsMu.Lock()
 	for _, call := range sc.running {
 		call.cancelled.Store(true)
@@ -106,39 +106,39 @@ func (sc *serverConn) tick() {
 	}
 }
 
-// serverCall is one request on its way through a handler, pooled with its
-// request and response messages and its handler context.
+// serverCall is one request on its way through a handler. It is pooled
+// with its request and response messages.
 type serverCall struct {
 	sc   *serverConn
 	req  protocol.Message
 	resp protocol.Message
 	// ctx is the handler's context for a two-way request or one with a
-	// budget (others get the server's base context); new for every call,
-	// since a handler may keep it (context.WithoutCancel, a goroutine
-	// started for write-behind work) and it must stay cancelled and keep
-	// answering for its own request.
+	// budget. Other requests get the server's base context. It is new for
+	// every call: a handler may keep it (context.WithoutCancel, work that
+	// goes on), and it must keep answering for its own request.
 	ctx *handlerCtx
 	// cancelled is set, under sc.callsMu, when the client sent the cancel
-	// event for this call.
+	// event for this call or the connection closed.
 	cancelled atomic.Bool
 }
 
 var serverCallPool = sync.Pool{New: func() any { return new(serverCall) }}
 
+// putServerCall recycles call's messages and returns it to the pool.
 func putServerCall(call *serverCall) {
 	call.sc = nil
 	payload := call.resp.Payload[:0] // the next handler encodes into it
 	if sameArray(payload, call.req.Payload) {
-		// The handler answered with (part of) the request's own body:
-		// that array is the request's, recycled with it. Kept here too,
-		// the next read would write under the next handler's encoding,
-		// or a large one would go back to the pool twice.
+		// The handler answered with (part of) the request's own body.
+		// That array is the request's and is recycled with it. Kept here
+		// too, the next read would write under the next handler's
+		// encoding, or a large array would go back to the pool twice.
 		payload = nil
 	}
 	call.req.Recycle()
 	if cap(payload) > bufpool.MaxKept {
-		// A large response (from the codec, often out of the shared
-		// pool) has been written: hand it back rather than keep it.
+		// A large response, often out of the shared pool, has been
+		// written. Hand it back rather than keep it.
 		bufpool.Put(payload)
 		payload = nil
 	}
@@ -149,8 +149,8 @@ func putServerCall(call *serverCall) {
 	serverCallPool.Put(call)
 }
 
-// sameArray reports whether a and b are slices of one array (their
-// capacities end at the same byte).
+// sameArray reports whether a and b are slices of one array.
+// Their capacities then end at the same byte.
 func sameArray(a, b []byte) bool {
 	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
 }
@@ -210,13 +210,13 @@ func (sc *serverConn) serve() {
 	}
 }
 
-// skipBody drops the body of a frame whose header said it was larger than
-// MaxBody and answers a two-way request with status 40, keeping the
-// connection: the other calls on it, and the instance's standing with its
-// clients' breakers, do not suffer for one oversized request. It reports
-// false when the connection must close: a claim over maxSkipped, or the
-// body could not be read.
+// skipBody drops the body of a frame whose header claimed more than
+// MaxBody, and answers a two-way request with status 40. It reports false
+// when the connection must close: a claim over maxSkipped, or a body that
+// could not be read.
 func (sc *serverConn) skipBody(br *bufio.Reader, req *protocol.Message, tooLarge error) bool {
+	// The connection stays. The other calls on it, and the instance's
+	// standing with its clients' breakers, do not suffer for one request.
 	n := req.Header.BodyLen()
 	if n > maxSkipped {
 		return false
@@ -232,6 +232,7 @@ func (sc *serverConn) skipBody(br *bufio.Reader, req *protocol.Message, tooLarge
 	return true
 }
 
+// logReadError logs why the reader stopped, at a level fit for the cause.
 func (sc *serverConn) logReadError(err error) {
 	remote := sc.nc.RemoteAddr()
 	switch {
@@ -244,7 +245,8 @@ func (sc *serverConn) logReadError(err error) {
 	}
 }
 
-// dispatch runs one request, or answers it at once when it cannot run.
+// dispatch hands one request to a worker, or answers it at once when it
+// cannot run.
 func (sc *serverConn) dispatch(call *serverCall) {
 	s := sc.s
 	req := &call.req
@@ -260,7 +262,9 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		s.slots.Add(-1)
 		status, msg = protocol.StatusServerThreadpoolExhausted, msgBusy
 	default:
-		if s.active.Add(1); s.current() != serving { // Shutdown began meanwhile
+		// Count the call, then look again: Shutdown stores draining, then
+		// reads active. So either it sees this call or the call sees it.
+		if s.active.Add(1); s.current() != serving {
 			s.slots.Add(-1)
 			s.release()
 			status, msg = protocol.StatusServerThreadpoolExhausted, msgShuttingDown
@@ -304,6 +308,7 @@ func (sc *serverConn) announce() {
 	sc.announced.Do(func() { _ = sc.w.writeEvent(eventReadOnly, sc.nextID.Add(1)) })
 }
 
+// answer writes a response the reader makes itself, with status and msg.
 func (sc *serverConn) answer(req *protocol.Message, status protocol.Status, msg []byte) {
 	m := &sc.reply
 	m.Header.Init(protocol.MakeFlags(0, req.Header.Flags().Serialization()), status, req.Header.ID())
@@ -312,9 +317,9 @@ func (sc *serverConn) answer(req *protocol.Message, status protocol.Status, msg 
 	m.Payload = nil
 }
 
-// cancelCall cancels the handler context of the two-way call with the
-// given id on this connection, after the client sent the cancel event for
-// it. An unknown id (the call already finished) is ignored.
+// cancelCall cancels the handler context of this connection's two-way
+// call with the given id, after the client's cancel event. It ignores an
+// unknown id: that call has finished.
 func (sc *serverConn) cancelCall(id uint64) {
 	sc.callsMu.Lock()
 	defer sc.callsMu.Unlock()
@@ -324,10 +329,9 @@ func (sc *serverConn) cancelCall(id uint64) {
 	}
 }
 
-// run runs the handler and writes its response; it holds a MaxConcurrent
-// slot until the handler has returned. The handler of a call the
-// client cancelled before it started does not run, and the response of a
-// cancelled call is not written: nobody waits for it.
+// run runs the handler and writes its response. It holds a MaxConcurrent
+// slot until the handler has returned. A call the client cancelled
+// before it started does not run.
 func (call *serverCall) run() {
 	// Deferred, so a handler that ends its goroutine (runtime.Goexit, as
 	// t.FailNow does) still gets its answer written and its slot back.
@@ -343,7 +347,7 @@ func (call *serverCall) run() {
 	}
 }
 
-// finish ends a call after its handler: it writes the response, releases
+// finish ends a call after its handler. It writes the response, releases
 // the MaxConcurrent slot and pools the call.
 func (call *serverCall) finish() {
 	sc := call.sc
@@ -363,12 +367,14 @@ func (call *serverCall) finish() {
 		ctx.cancel(context.Canceled)
 		ctx.req.Store(nil) // the message is pooled below: Request answers nil from now on
 	}
-	s.slots.Add(-1) // before the answer: see Server.slots
-	// No response goes to a caller that gave up (the cancel event), nor
-	// to one whose budget ran out while the handler ran: its own deadline
-	// was no later than ours, so it has reported a timeout already (31,
-	// "the server may have acted"), and an answer racing that report
-	// would make the outcome depend on which timer fired first.
+	// Before the answer: a caller that sends its next request as soon as
+	// it has this answer must not find this call still counted.
+	s.slots.Add(-1)
+	// No response goes to a caller that sent the cancel event. Nor does
+	// one go to a caller whose budget ran out while the handler ran. Its
+	// deadline was no later than ours, so it has reported a timeout (31,
+	// "the server may have acted"). An answer racing that report would
+	// make the outcome depend on which timer fired first.
 	if twoWay && !call.cancelled.Load() && !expired {
 		status := resp.Header.Status()
 		if status == 0 {
@@ -377,8 +383,8 @@ func (call *serverCall) finish() {
 		resp.Header.Init(protocol.MakeFlags(0, req.Header.Flags().Serialization()), status, req.Header.ID())
 		resp.Service, resp.Method, resp.Timeout = "", "", 0
 		if n := protocol.BodyLen(resp); uint64(n) > uint64(s.cfg.MaxBody) {
-			// The client would drop it, or with an older or smaller
-			// limit close the connection under every call on it.
+			// The client would drop it. With an older or smaller limit it
+			// would close the connection under every call on it.
 			s.log.Warn("transport: response over MaxBody; answering 50 instead",
 				"service", req.Service, "method", req.Method, "bytes", n, "max_body", s.cfg.MaxBody)
 			resp.Header.SetStatus(protocol.StatusBadResponse)
@@ -394,8 +400,8 @@ func (call *serverCall) finish() {
 			resp.Payload = fmt.Appendf(resp.Payload[:0], "response not sent: %v", err)
 		}
 		// A large response waits for the socket at most until the
-		// request's deadline: its caller has given up by then, and a
-		// client that stopped reading must not pile up payloads here.
+		// request's deadline: its caller has given up by then. A client
+		// that stopped reading must not pile up payloads here.
 		if _, err := sc.w.writeMessage(resp, limit{deadline: call.ctx.deadline}); errors.Is(err, errBackedUp) {
 			s.log.Warn("transport: client not reading its responses; closing the connection",
 				"remote", sc.nc.RemoteAddr(), "err", err)
@@ -406,8 +412,8 @@ func (call *serverCall) finish() {
 	putServerCall(call)
 }
 
-// invoke calls the handler, turning a panic, or a handler that ends its
-// goroutine with runtime.Goexit, into status 70 for this call.
+// invoke calls the handler. A panic, or a handler that ends its goroutine
+// with runtime.Goexit, becomes status 70 for this call.
 func (s *Server) invoke(ctx context.Context, req, resp *protocol.Message) {
 	returned := false
 	defer func() {

@@ -4,8 +4,8 @@ package transport
 
 import "time"
 
-// workerIdle is how long a worker goroutine stays idle, at least, before
-// it exits.
+// workerIdle is the least time a worker goroutine stays idle before it
+// exits.
 const workerIdle = 5 * time.Second
 
 // idleWorker is a worker goroutine waiting for a request.
@@ -14,25 +14,23 @@ type idleWorker struct {
 	gen uint64           // reapGen when it went idle
 }
 
-// worker runs call, then serves further requests handed to it while it is
-// idle. Reusing goroutines saves the allocation a go statement with an
-// argument costs per request (BenchmarkRoundTrip: 1 -> 0 allocs, time within
-// the noise) and keeps grown stacks warm.
-//
-// An idle worker waits on its own channel, taken off a stack by dispatch:
-// a single channel receive, with no timer and no select, because a
-// select over the work, an idle timer and the server's context cost the
-// server ~12 % of its CPU at c=1024 (dabbbench profile), and arming the
-// timer woke the network poller on every call. Long-idle workers are
-// retired by one reaper timer per server instead (reap).
+// worker runs call, then the further calls handed to it while it is idle.
+// An idle worker waits on its own channel; dispatch takes it off a stack.
+// One reaper timer per server retires long-idle workers (reap).
+// docs/performance.md ("Server workers") has the measurements.
 func (s *Server) worker(call *serverCall) {
 	defer s.wg.Done()
+	// Reusing the goroutine saves the allocation of a go statement with
+	// an argument per call, and keeps grown stacks warm.
 	w := &idleWorker{ch: make(chan *serverCall, 1)}
 	for call != nil {
 		call.run()
 		if !s.putIdle(w) {
 			return
 		}
+		// A bare receive: no timer and no select. A select over the work,
+		// an idle timer and the server's context cost CPU, and arming the
+		// timer woke the network poller on every call.
 		call = <-w.ch
 	}
 }
@@ -51,8 +49,8 @@ func (s *Server) takeIdle() *idleWorker {
 	return w
 }
 
-// putIdle pushes w on the idle stack; false means the server is closing
-// and the worker must exit.
+// putIdle pushes w on the idle stack. It reports false once the server
+// is closed: the worker must exit.
 func (s *Server) putIdle(w *idleWorker) bool {
 	s.workersMu.Lock()
 	defer s.workersMu.Unlock()
@@ -69,9 +67,9 @@ func (s *Server) putIdle(w *idleWorker) bool {
 	return true
 }
 
-// reap retires the workers that have been idle since before the previous
-// reap, a whole workerIdle period at least. The stack holds them at its
-// bottom: workers are pushed in the order they went idle.
+// reap retires the workers idle since before the previous reap: a whole
+// workerIdle period at least. They sit at the bottom of the stack, since
+// workers are pushed in the order they went idle.
 func (s *Server) reap() {
 	s.workersMu.Lock()
 	defer s.workersMu.Unlock()
@@ -94,8 +92,8 @@ func (s *Server) reap() {
 	s.reaper.Reset(workerIdle)
 }
 
-// closeWorkers makes idle workers exit now and busy ones once their call
-// is done.
+// closeWorkers makes idle workers exit now, and busy ones once their
+// call is done. enter calls it on closing the server.
 func (s *Server) closeWorkers() {
 	s.workersMu.Lock()
 	defer s.workersMu.Unlock()
