@@ -20,7 +20,7 @@ import (
 // It costs one allocation per call, where context.WithDeadline and
 // context.WithValue cost several. The channel, the deadline timer and the
 // watch on the base context are made only if Done or AfterFunc is called.
-// Until then Err reads the clock.
+// Until then Err reads the clock. TestHandlerCtxAllocs guards the gain.
 type handlerCtx struct {
 	base     context.Context // cancelled by the server's Close
 	deadline time.Time       // zero: none
@@ -36,7 +36,6 @@ type handlerCtx struct {
 	done     chan struct{}
 	err      error
 	finished bool // done is closed (or closedChan) and err set
-	armed    bool // a channel, timer, base watch or after func was made
 	timer    *time.Timer
 	stopBase func() bool
 	afters   []*afterFunc
@@ -141,7 +140,6 @@ func (c *handlerCtx) Err() error {
 func (c *handlerCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	c.armLocked()
-	c.armed = true // f may hold on to c even if it runs at once
 	if c.finished {
 		c.mu.Unlock()
 		go f()
@@ -185,7 +183,6 @@ func (c *handlerCtx) armLocked() {
 		c.finishLocked(err)
 		return
 	}
-	c.armed = true
 	c.done = make(chan struct{})
 	if !c.deadline.IsZero() {
 		c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.cancel(context.DeadlineExceeded) })
