@@ -1,3 +1,5 @@
+// Tests of handlerCtx, Request and RequestMetadata, and of handlerCtx's allocations.
+
 package transport
 
 import (
