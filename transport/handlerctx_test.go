@@ -1,9 +1,12 @@
+// Tests of handlerCtx, Request and RequestMetadata, and of handlerCtx's allocations.
+
 package transport
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,5 +234,107 @@ func TestRequestFromContext(t *testing.T) {
 	}
 	if r := Request(context.Background()); r != nil {
 		t.Errorf("Request(context.Background()) = %v, want nil", r)
+	}
+}
+
+// plainValue is what the plain form of a handler's context would carry as
+// its value, for Request and RequestMetadata.
+type plainValue struct {
+	req            atomic.Pointer[protocol.Message]
+	attachments    map[string]string
+	idempotencyKey string
+}
+
+// TestHandlerCtxAllocs guards the reason handlerCtx exists: it costs one
+// allocation per call, where the plain form costs several. Like net/rpc's
+// TestCountMallocs, it fails once that gain is gone.
+func TestHandlerCtxAllocs(t *testing.T) {
+	base, closeBase := context.WithCancel(context.Background())
+	defer closeBase()
+	req := &protocol.Message{IdempotencyKey: "k"}
+	budgets := []struct {
+		name   string
+		budget time.Duration // zero: none
+	}{{"no budget", 0}, {"budget", time.Hour}}
+
+	// perCall is what a handler context costs the server per call: made
+	// in dispatch, read by the handler, cancelled in finish.
+	perCall := make(map[time.Duration]float64)
+	for _, b := range budgets {
+		t.Run("handlerCtx vs plain, "+b.name, func(t *testing.T) {
+			got := testing.AllocsPerRun(1000, func() {
+				var deadline time.Time
+				if b.budget > 0 {
+					deadline = time.Now().Add(b.budget)
+				}
+				c := newHandlerCtx(base, deadline, req)
+				_ = c.Err()
+				c.cancel(context.Canceled)
+				c.req.Store(nil)
+			})
+			plain := testing.AllocsPerRun(1000, func() {
+				var ctx context.Context
+				var cancel context.CancelFunc
+				if b.budget > 0 {
+					ctx, cancel = context.WithDeadline(base, time.Now().Add(b.budget))
+				} else {
+					ctx, cancel = context.WithCancel(base)
+				}
+				// What Request and RequestMetadata would read from the value.
+				v := &plainValue{attachments: req.Attachments, idempotencyKey: req.IdempotencyKey}
+				v.req.Store(req)
+				ctx = context.WithValue(ctx, handlerCtxKey{}, v)
+				_ = ctx.Err()
+				cancel()
+				v.req.Store(nil)
+			})
+			t.Logf("allocations per call: handlerCtx %v, plain form %v", got, plain)
+			if got >= plain {
+				t.Errorf("handlerCtx allocates %v per call, the plain form (context.WithDeadline and context.WithValue) %v: "+
+					"its gain is gone. Replace handlerCtx with the plain form, and delete this test.", got, plain)
+			}
+			perCall[b.budget] = got
+		})
+	}
+
+	// A two-way call through a real Server, from a raw client that
+	// allocates nothing itself: the handler context is all the server
+	// allocates.
+	ts := startServer(t, echo, ServerConfig{})
+	c := dialRaw(t, ts.addr)
+	rd := protocol.NewReader(bufioReader(c), protocol.DefaultMaxBody)
+	for _, b := range budgets {
+		t.Run("served call, "+b.name, func(t *testing.T) {
+			req := &protocol.Message{Service: "test.Echo", Method: "Echo", Payload: make([]byte, 64), Timeout: b.budget}
+			req.Header.SetFlags(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, 22))
+			var frame []byte
+			var resp protocol.Message
+			call := func() {
+				req.Header.SetID(req.Header.ID() + 1)
+				frame = protocol.AppendMessage(frame[:0], req)
+				_ = c.SetDeadline(time.Now().Add(defaultTestTimeout))
+				if _, err := c.Write(frame); err != nil {
+					t.Fatalf("write: %v", err)
+				}
+				for {
+					if err := rd.Read(&resp); err != nil {
+						t.Fatalf("read: %v", err)
+					}
+					if !resp.Header.Flags().IsEvent() {
+						return
+					}
+				}
+			}
+			for range 100 { // warm the pools and the workers
+				call()
+			}
+			got := testing.AllocsPerRun(1000, call)
+			if want, ok := perCall[b.budget]; ok && got > want {
+				t.Errorf("serving one two-way call allocates %v, want at most %v, the handler context's own. "+
+					"Something on the call path now allocates, or arms handlerCtx (Done, AfterFunc) on every call "+
+					"and spends its gain: find it. If handlerCtx no longer saves anything, replace it with "+
+					"context.WithDeadline and context.WithValue.", got, want)
+			}
+		})
 	}
 }

@@ -1,15 +1,14 @@
+// Tests of the Server lifecycle: Serve, Shutdown and Close.
+
 package transport
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"runtime"
 	"strings"
@@ -21,312 +20,228 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
-func bufioReader(c net.Conn) *bufio.Reader { return bufio.NewReader(c) }
-
-func mustHex(t *testing.T, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
-	if err != nil {
-		t.Fatalf("bad hex %q: %v", s, err)
-	}
-	return b
-}
-
-// dialRaw opens a plain TCP connection to addr, closed at the end of the
-// test.
-func dialRaw(t *testing.T, addr string) net.Conn {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// readFull reads n bytes with a bounded wait.
-func readFull(t *testing.T, c net.Conn, n int) []byte {
-	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
-	b := make([]byte, n)
-	if _, err := io.ReadFull(c, b); err != nil {
-		t.Fatalf("read %d bytes: %v", n, err)
-	}
-	return b
-}
-
-func TestHeartbeatRaw(t *testing.T) {
-	ts := startServer(t, echo, ServerConfig{})
-	c := dialRaw(t, ts.addr)
-	if _, err := c.Write(mustHex(t, "dabb e200 0102030405060708 00000001 4e")); err != nil {
-		t.Fatalf("write: %v", err)
-	}
-	want := mustHex(t, "dabb 2214 0102030405060708 00000001 4e")
-	if got := readFull(t, c, len(want)); !bytes.Equal(got, want) {
-		t.Errorf("heartbeat response\n got % x\nwant % x", got, want)
-	}
-}
-
-func TestServerClosesSilentClient(t *testing.T) {
-	const interval = 30 * time.Millisecond
-	ts := startServer(t, echo, ServerConfig{HeartbeatInterval: interval})
-	c := dialRaw(t, ts.addr)
-	_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
-	start := time.Now()
-	got, err := io.ReadAll(c) // never answers the server's heartbeats
-	if err != nil {
-		t.Fatalf("read until the server closes: %v", err)
-	}
-	if d := time.Since(start); d < 2*interval {
-		t.Errorf("closed after %v, before 3 silent intervals of %v", d, interval)
-	}
-	if !bytes.HasPrefix(got, []byte{0xda, 0xbb, 0xe2, 0x00}) {
-		t.Errorf("the server sent % x before closing, want heartbeats", got)
-	}
-}
-
-func TestBadFramesCloseConnection(t *testing.T) {
-	const limit = 1 << 20
-	ts := startServer(t, echo, ServerConfig{MaxBody: limit})
-	p := newPool(t, Config{})
-	tests := []struct {
-		name  string
-		bytes []byte
-	}{
-		{"garbage", []byte("GET / HTTP/1.1\r\nHost: example\r\n\r\n")},
-		{"wrong magic", mustHex(t, "cafe c016 0000000000000001 00000000")},
-		{"length over what the server drops", mustHex(t, "dabb c016 0000000000000001 04000001")},
-		{"claimed 4 GiB", mustHex(t, "dabb c016 0000000000000001 ffffffff")},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			c := dialRaw(t, ts.addr)
-			if _, err := c.Write(tc.bytes); err != nil {
-				t.Fatalf("write: %v", err)
-			}
-			_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
-			rest, err := io.ReadAll(c)
-			if err != nil {
-				t.Fatalf("want the server to close the connection, read: %v", err)
-			}
-			if len(rest) != 0 {
-				t.Errorf("server answered % x before closing", rest)
-			}
-			runtime.ReadMemStats(&after)
-			if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
-				t.Errorf("the server allocated %d bytes for a bad frame", grew)
-			}
-			// A well-behaved connection is still served.
-			resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("still here"))
-			if err != nil {
-				t.Fatalf("RoundTrip on another connection: %v", err)
-			}
-			if string(resp.Payload) != "still here" {
-				t.Errorf("payload = %q", resp.Payload)
-			}
-			p.Release(resp)
-		})
-	}
-}
-
-// frame encodes a request header with the given raw body.
-func rawFrame(id uint64, flags protocol.Flags, body []byte) []byte {
-	var h protocol.Header
-	h.Init(flags, 0, id)
-	h.SetBodyLen(uint32(len(body)))
-	return append(h[:], body...)
-}
-
-func readResponse(t *testing.T, rd *protocol.Reader, c net.Conn) *protocol.Message {
-	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
-	var m protocol.Message
-	if err := rd.Read(&m); err != nil {
-		t.Fatalf("read response: %v", err)
-	}
-	return &m
-}
-
-func TestMalformedBody(t *testing.T) {
-	ts := startServer(t, echo, ServerConfig{})
-	c := dialRaw(t, ts.addr)
-	rd := protocol.NewReader(bufio.NewReader(c), 0)
-	twoWay := protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, 22)
-	bodies := []struct {
-		name string
-		body []byte
-	}{
-		{"truncated service", []byte{0x7f, 'a', 'b'}},
-		{"empty body", nil},
-		{"bad timeout", append([]byte{0, 0, 1, 7}, "timeout\x02xx"...)},
-	}
-	for i, tc := range bodies {
-		t.Run(tc.name, func(t *testing.T) {
-			id := uint64(100 + i)
-			if _, err := c.Write(rawFrame(id, twoWay, tc.body)); err != nil {
-				t.Fatalf("write: %v", err)
-			}
-			m := readResponse(t, rd, c)
-			if m.Header.ID() != id || m.Header.Status() != protocol.StatusBadRequest {
-				t.Fatalf("got id %d status %d, want id %d status 40", m.Header.ID(), m.Header.Status(), id)
-			}
-			// The connection keeps working.
-			ok := newRequest("ok")
-			ok.Header.SetID(id + 1000)
-			if _, err := c.Write(protocol.AppendMessage(nil, ok)); err != nil {
-				t.Fatalf("write: %v", err)
-			}
-			m = readResponse(t, rd, c)
-			if m.Header.ID() != id+1000 || m.Header.Status() != protocol.StatusOK || string(m.Payload) != "ok" {
-				t.Fatalf("after a malformed frame got id %d status %d payload %q", m.Header.ID(), m.Header.Status(), m.Payload)
-			}
-		})
-	}
-}
-
-func TestHandlerPanic(t *testing.T) {
-	var logs lockedBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
-		if string(req.Payload) == "panic" {
-			resp.Payload = []byte("half-written")
-			panic("boom")
+// TestServerLifecycle: the state only moves forward (serving, draining,
+// closed), and Close returns nil however often it is called.
+func TestServerLifecycle(t *testing.T) {
+	newSrv := func() *Server { return NewServer(echo, ServerConfig{Logger: quietLogger()}) }
+	t.Run("enter moves only forward", func(t *testing.T) {
+		s := newSrv()
+		steps := []struct {
+			to    serverState
+			moved bool
+			then  serverState
+		}{
+			{serving, false, serving},
+			{draining, true, draining},
+			{draining, false, draining},
+			{serving, false, draining},
+			{closed, true, closed},
+			{closed, false, closed},
+			{draining, false, closed},
 		}
-		echo(ctx, req, resp)
-	}), ServerConfig{Logger: logger})
-	p := newPool(t, Config{})
-	ctx := testCtx(t)
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for i := range 32 {
-		wg.Go(func() {
-			want := fmt.Sprint("fine-", i)
-			if i%8 == 0 {
-				want = "panic"
+		for i, st := range steps {
+			if moved := s.enter(st.to); moved != st.moved || s.current() != st.then {
+				t.Errorf("step %d: enter(%d) = %v, state %d; want %v, state %d", i, st.to, moved, s.current(), st.moved, st.then)
 			}
-			resp, err := p.RoundTrip(ctx, ts.addr, newRequest(want))
-			if want == "panic" {
-				var pe *protocol.Error
-				if !errors.As(err, &pe) || pe.Status != protocol.StatusServiceError || !pe.Remote {
-					errs <- fmt.Errorf("panicking call: err = %v, want remote status 70", err)
-				} else if !strings.Contains(pe.Msg, "boom") {
-					errs <- fmt.Errorf("panicking call: message %q does not name the panic", pe.Msg)
+		}
+	})
+	t.Run("Close twice", func(t *testing.T) {
+		s := newSrv()
+		for i := range 2 {
+			if err := s.Close(); err != nil {
+				t.Errorf("Close #%d = %v, want nil", i+1, err)
+			}
+		}
+		if s.current() != closed {
+			t.Errorf("state after Close = %d, want closed", s.current())
+		}
+	})
+	t.Run("Serve after Close", func(t *testing.T) {
+		s := newSrv()
+		_ = s.Close()
+		l := listen(t)
+		if err := s.Serve(l); !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve after Close = %v, want ErrServerClosed", err)
+		}
+		if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Accept on the listener Serve refused = %v, want net.ErrClosed", err)
+		}
+	})
+	t.Run("Shutdown after Close", func(t *testing.T) {
+		s := newSrv()
+		_ = s.Close()
+		if err := s.Shutdown(testCtx(t)); err != nil {
+			t.Errorf("Shutdown after Close = %v, want nil", err)
+		}
+	})
+	t.Run("Close after Shutdown", func(t *testing.T) {
+		ts := startServer(t, echo, ServerConfig{})
+		p := newPool(t, Config{})
+		resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("x"))
+		if err != nil {
+			t.Fatalf("RoundTrip: %v", err)
+		}
+		p.Release(resp)
+		if err := ts.srv.Shutdown(testCtx(t)); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		for i := range 2 {
+			if err := ts.srv.Close(); err != nil {
+				t.Errorf("Close #%d after Shutdown = %v, want nil", i+1, err)
+			}
+		}
+	})
+}
+
+// TestServeAcceptRetry checks that a failing Accept is retried.
+func TestServeAcceptRetry(t *testing.T) {
+	l := &flakyListener{Listener: listen(t), failures: 3}
+	ts := startServerOn(t, l, echo, ServerConfig{})
+	p := newPool(t, Config{})
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("through"))
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	p.Release(resp)
+	if l.failed.Load() != 3 {
+		t.Errorf("%d accept failures seen, want 3", l.failed.Load())
+	}
+}
+
+type flakyListener struct {
+	net.Listener
+	failures int32
+	failed   atomic.Int32
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.failed.Load() < l.failures {
+		l.failed.Add(1)
+		return nil, errTemporary
+	}
+	return l.Listener.Accept()
+}
+
+var errTemporary = errors.New("accept: too many open files")
+
+// TestStopWithAHandlerIgnoringItsContext: Close, and a Shutdown whose
+// ctx has ended, return without waiting for a handler that ignores its
+// (cancelled) context; with WaitForHandlers they wait for it.
+func TestStopWithAHandlerIgnoringItsContext(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		for _, stop := range []string{"Close", "Shutdown"} {
+			t.Run(fmt.Sprintf("%s/WaitForHandlers=%v", stop, wait), func(t *testing.T) {
+				entered, release := make(chan struct{}), make(chan struct{})
+				ts := startServer(t, HandlerFunc(func(_ context.Context, _, _ *protocol.Message) {
+					close(entered)
+					<-release // deaf to its context
+				}), ServerConfig{WaitForHandlers: wait})
+				p := newPool(t, Config{})
+				go func() { _, _ = p.RoundTrip(context.Background(), ts.addr, newRequest("deaf")) }()
+				waitFor(t, entered, "the handler")
+				returned := make(chan struct{})
+				go func() {
+					defer close(returned)
+					if stop == "Close" {
+						_ = ts.srv.Close()
+						return
+					}
+					ctx, cancel := context.WithCancel(context.Background())
+					cancel()
+					_ = ts.srv.Shutdown(ctx)
+				}()
+				if !wait {
+					waitFor(t, returned, stop+" with a handler deaf to its context")
+					close(release)
+					return
 				}
-				return
-			}
-			if err != nil {
-				errs <- fmt.Errorf("call %d next to a panic: %w", i, err)
-				return
-			}
-			if string(resp.Payload) != want {
-				errs <- fmt.Errorf("call %d got %q", i, resp.Payload)
-			}
-			p.Release(resp)
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	out := logs.String()
-	if !strings.Contains(out, "handler panic") || !strings.Contains(out, "boom") || !strings.Contains(out, "goroutine") {
-		t.Errorf("panic not logged with its stack; log:\n%s", out)
-	}
-}
-
-func TestMaxConcurrent(t *testing.T) {
-	const limit = 4
-	bs := startBlockingServer(t, ServerConfig{MaxConcurrent: limit})
-	p := newPool(t, Config{})
-	results := make(chan error, limit)
-	for i := range limit {
-		go func() {
-			resp, err := p.RoundTrip(context.Background(), bs.addr, newRequest(fmt.Sprint(i)))
-			if err == nil {
-				p.Release(resp)
-			}
-			results <- err
-		}()
-	}
-	for range limit {
-		waitFor(t, bs.entered, "the handlers to fill the limit")
-	}
-	start := time.Now()
-	_, err := p.RoundTrip(testCtx(t), bs.addr, newRequest("one too many"))
-	wantStatus(t, err, protocol.StatusServerThreadpoolExhausted, true, false)
-	if !errors.Is(err, protocol.ErrOverloaded) {
-		t.Errorf("errors.Is(err, protocol.ErrOverloaded) = false for %v", err)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("the rejection took %v; it must come at once", d)
-	}
-	if n := bs.ran.Load(); n != limit {
-		t.Errorf("%d handlers ran, want %d", n, limit)
-	}
-	close(bs.release)
-	for range limit {
-		if err := waitFor(t, results, "the blocked calls"); err != nil {
-			t.Errorf("blocked call: %v", err)
+				select {
+				case <-returned:
+					t.Fatalf("%s with WaitForHandlers returned while the handler runs", stop)
+				case <-time.After(100 * time.Millisecond): // a bound on what must not happen
+				}
+				close(release)
+				waitFor(t, returned, stop+" once the handler returned")
+			})
 		}
 	}
 }
 
-func TestBudget(t *testing.T) {
-	var ran atomic.Int32
-	deadlines := make(chan time.Time, 1)
-	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
-		ran.Add(1)
-		d, ok := ctx.Deadline()
-		if !ok {
-			d = time.Time{}
-		}
-		select {
-		case deadlines <- d:
-		default:
-			t.Errorf("handler ran for %q with nobody waiting", req.Payload)
-		}
-	}), ServerConfig{})
-	p := newPool(t, Config{})
+// longLinger is a ShutdownLinger no test waits out: a Shutdown that would
+// have to fails on its testCtx (10s) first.
+const longLinger = time.Minute
 
-	t.Run("spent", func(t *testing.T) {
-		req := newRequest("late")
-		req.Timeout = -1
-		_, err := p.RoundTrip(testCtx(t), ts.addr, req)
-		wantStatus(t, err, protocol.StatusServerTimeout, true, false)
-		if n := ran.Load(); n != 0 {
-			t.Errorf("the handler ran %d times for a spent budget", n)
-		}
-	})
-	t.Run("deadline", func(t *testing.T) {
-		const budget = 2 * time.Second
-		req := newRequest("timed")
-		req.Timeout = budget
-		before := time.Now()
-		resp, err := p.RoundTrip(testCtx(t), ts.addr, req)
-		after := time.Now()
-		if err != nil {
-			t.Fatalf("RoundTrip: %v", err)
-		}
-		p.Release(resp)
-		d := waitFor(t, deadlines, "the handler's deadline")
-		// Milliseconds on the wire: allow that rounding.
-		if lo, hi := before.Add(budget-5*time.Millisecond), after.Add(budget); d.Before(lo) || d.After(hi) {
-			t.Errorf("handler deadline %v not within [%v, %v]", d, lo, hi)
-		}
-	})
-	t.Run("none", func(t *testing.T) {
-		resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("untimed"))
-		if err != nil {
-			t.Fatalf("RoundTrip: %v", err)
-		}
-		p.Release(resp)
-		if d := waitFor(t, deadlines, "the handler"); !d.IsZero() {
-			t.Errorf("handler ctx has deadline %v without a budget", d)
-		}
-	})
+// watchListener reports on the server's side of its connections: accepts
+// receives n each time Accept is entered after n connections were accepted
+// (Serve tracks a connection before it calls Accept again, so n connections
+// are being served), and peerGone receives once per connection whose Read
+// failed with anything but the server's own close: the peer closed it.
+type watchListener struct {
+	net.Listener
+	accepted atomic.Int32
+	accepts  chan int32
+	peerGone chan net.Addr
+}
+
+func newWatchListener(t *testing.T) *watchListener {
+	return &watchListener{Listener: listen(t), accepts: make(chan int32, 100), peerGone: make(chan net.Addr, 100)}
+}
+
+func (l *watchListener) Accept() (net.Conn, error) {
+	select {
+	case l.accepts <- l.accepted.Load():
+	default:
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.accepted.Add(1)
+	return &watchConn{Conn: c, l: l}, nil
+}
+
+// waitServing waits until n connections are being served.
+func (l *watchListener) waitServing(t *testing.T, n int32) {
+	t.Helper()
+	for waitFor(t, l.accepts, fmt.Sprintf("the server to serve %d connections", n)) < n {
+	}
+}
+
+type watchConn struct {
+	net.Conn
+	l    *watchListener
+	once sync.Once
+}
+
+func (c *watchConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		c.once.Do(func() { c.l.peerGone <- c.RemoteAddr() })
+	}
+	return n, err
+}
+
+// serveRaw dials addr and waits until the server serves the connection (a
+// heartbeat was answered), so a Shutdown started afterwards sees it.
+func serveRaw(t *testing.T, addr string) (net.Conn, *protocol.Reader) {
+	t.Helper()
+	c := dialRaw(t, addr)
+	rd := protocol.NewReader(bufio.NewReader(c), 0)
+	if _, err := c.Write(protocol.AppendHeartbeat(nil, 1)); err != nil {
+		t.Fatalf("write heartbeat: %v", err)
+	}
+	if m := readResponse(t, rd, c); !m.IsHeartbeatResponse() || m.Header.ID() != 1 {
+		t.Fatalf("got flags %#x, want the heartbeat response", byte(m.Header.Flags()))
+	}
+	return c, rd
+}
+
+func startShutdown(t *testing.T, srv *Server) <-chan error {
+	t.Helper()
+	ctx := testCtx(t)
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(ctx) }()
+	return done
 }
 
 func TestShutdownUnderLoad(t *testing.T) {
@@ -449,196 +364,485 @@ func TestShutdownExpiredContext(t *testing.T) {
 	wantStatus(t, waitFor(t, errc, "the call"), protocol.StatusChannelInactive, false, false)
 }
 
-// TestStopWithAHandlerIgnoringItsContext: Close, and a Shutdown whose
-// ctx has ended, return without waiting for a handler that ignores its
-// (cancelled) context; with WaitForHandlers they wait for it.
-func TestStopWithAHandlerIgnoringItsContext(t *testing.T) {
-	for _, wait := range []bool{false, true} {
-		for _, stop := range []string{"Close", "Shutdown"} {
-			t.Run(fmt.Sprintf("%s/WaitForHandlers=%v", stop, wait), func(t *testing.T) {
-				entered, release := make(chan struct{}), make(chan struct{})
-				ts := startServer(t, HandlerFunc(func(_ context.Context, _, _ *protocol.Message) {
-					close(entered)
-					<-release // deaf to its context
-				}), ServerConfig{WaitForHandlers: wait})
-				p := newPool(t, Config{})
-				go func() { _, _ = p.RoundTrip(context.Background(), ts.addr, newRequest("deaf")) }()
-				waitFor(t, entered, "the handler")
-				returned := make(chan struct{})
-				go func() {
-					defer close(returned)
-					if stop == "Close" {
-						_ = ts.srv.Close()
-						return
-					}
-					ctx, cancel := context.WithCancel(context.Background())
-					cancel()
-					_ = ts.srv.Shutdown(ctx)
-				}()
-				if !wait {
-					waitFor(t, returned, stop+" with a handler deaf to its context")
-					close(release)
-					return
+// TestShutdownAnswersRequestsAfterReadOnly is the regression test for a
+// request written after the read-only event arrived: the server used to
+// close the connection with the request unread, and the client reported
+// status 35 ("may have acted") for a request that never ran. Now the
+// server keeps reading until the client closes, and answers 100.
+func TestShutdownAnswersRequestsAfterReadOnly(t *testing.T) {
+	oneFrame := func(id uint64) []byte {
+		req := newRequest(fmt.Sprint("late-", id))
+		req.Header.SetID(id)
+		return protocol.AppendMessage(nil, req)
+	}
+	tests := []struct {
+		name   string
+		ids    []uint64
+		writes func(ids []uint64) [][]byte // what the client writes, in order
+	}{
+		{"one request", []uint64{11}, func(ids []uint64) [][]byte {
+			return [][]byte{oneFrame(ids[0])}
+		}},
+		{"three requests in one write", []uint64{21, 22, 23}, func(ids []uint64) [][]byte {
+			var b []byte
+			for _, id := range ids {
+				b = append(b, oneFrame(id)...)
+			}
+			return [][]byte{b}
+		}},
+		{"a request split across writes", []uint64{31}, func(ids []uint64) [][]byte {
+			f := oneFrame(ids[0])
+			return [][]byte{f[:10], f[10:20], f[20:]}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var ran atomic.Int32
+			ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+				ran.Add(1)
+				echo(ctx, req, resp)
+			}), ServerConfig{ShutdownLinger: longLinger})
+			c, rd := serveRaw(t, ts.addr)
+			shutdown := startShutdown(t, ts.srv)
+
+			if ev := readResponse(t, rd, c); !ev.IsReadOnly() {
+				t.Fatalf("got flags %#x, want the read-only event", byte(ev.Header.Flags()))
+			}
+			// No handler runs: without the linger, Shutdown would close the
+			// connection now, with these requests unread.
+			for _, b := range tc.writes(tc.ids) {
+				if _, err := c.Write(b); err != nil {
+					t.Fatalf("write after the read-only event: %v", err)
 				}
-				select {
-				case <-returned:
-					t.Fatalf("%s with WaitForHandlers returned while the handler runs", stop)
-				case <-time.After(100 * time.Millisecond): // a bound on what must not happen
+			}
+			for _, id := range tc.ids {
+				m := readResponse(t, rd, c)
+				if m.Header.ID() != id || m.Header.Status() != protocol.StatusServerThreadpoolExhausted ||
+					string(m.Payload) != string(msgShuttingDown) {
+					t.Fatalf("got id %d status %d %q, want id %d status 100 %q",
+						m.Header.ID(), m.Header.Status(), m.Payload, id, msgShuttingDown)
+				}
+			}
+			if n := ran.Load(); n != 0 {
+				t.Errorf("%d requests sent after the read-only event ran", n)
+			}
+			select {
+			case err := <-shutdown:
+				t.Fatalf("Shutdown returned %v while the client kept its connection open", err)
+			default:
+			}
+			closed := time.Now()
+			_ = c.Close()
+			if err := waitFor(t, shutdown, "Shutdown after the client closed"); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			if d := time.Since(closed); d > longLinger/10 {
+				t.Errorf("Shutdown returned %v after the last client closed", d)
+			}
+		})
+	}
+}
+
+// TestShutdownLingerCap checks that a peer which ignores the read-only event
+// and keeps its connection open is closed once ShutdownLinger has passed.
+func TestShutdownLingerCap(t *testing.T) {
+	const linger = 200 * time.Millisecond
+	ts := startServer(t, echo, ServerConfig{ShutdownLinger: linger})
+	c, _ := serveRaw(t, ts.addr)
+	read := make(chan []byte, 1)
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+		b, err := io.ReadAll(c) // until the server closes
+		if err != nil {
+			t.Errorf("read until the server closes: %v", err)
+		}
+		read <- b
+	}()
+
+	start := time.Now()
+	if err := ts.srv.Shutdown(testCtx(t)); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if d := time.Since(start); d < linger || d > linger+5*time.Second {
+		t.Errorf("Shutdown took %v, want about the %v linger", d, linger)
+	}
+	got := waitFor(t, read, "the server to close the connection")
+	if want := protocol.AppendReadOnly(nil, 1)[:3]; !bytes.HasPrefix(got, want) {
+		t.Errorf("the server sent % x before closing, want the read-only event (% x...)", got, want)
+	}
+}
+
+// TestShutdownPoolsCloseConnections checks the client's side: a Pool closes
+// a connection that got the read-only event once no call is pending on it
+// (at once when idle, after the last answer when busy), so Shutdown returns
+// as soon as its handlers are done, without waiting out the linger.
+func TestShutdownPoolsCloseConnections(t *testing.T) {
+	const pools, connsPerPool = 2, 2
+	tests := []struct {
+		name string
+		busy bool // one call per pool is running when Shutdown starts
+	}{
+		{"idle", false},
+		{"busy", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newWatchListener(t)
+			entered, release := make(chan struct{}, pools), make(chan struct{})
+			ts := startServerOn(t, l, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+				if string(req.Payload) == "block" {
+					entered <- struct{}{}
+					select {
+					case <-release:
+					case <-ctx.Done():
+					}
+				}
+				echo(ctx, req, resp)
+			}), ServerConfig{ShutdownLinger: longLinger})
+			readOnly := make(chan string, pools*connsPerPool)
+			ps := make([]*Pool, pools)
+			for i := range ps {
+				ps[i] = newPool(t, Config{ConnsPerAddr: connsPerPool, OnReadOnly: func(a string) { readOnly <- a }})
+				// Two calls start a dial for each slot.
+				for range connsPerPool {
+					resp, err := ps[i].RoundTrip(testCtx(t), ts.addr, newRequest("warm"))
+					if err != nil {
+						t.Fatalf("warm-up: %v", err)
+					}
+					ps[i].Release(resp)
+				}
+			}
+			l.waitServing(t, pools*connsPerPool)
+
+			calls := make(chan error, pools)
+			if tc.busy {
+				ctx := testCtx(t)
+				for _, p := range ps {
+					go func() {
+						resp, err := p.RoundTrip(ctx, ts.addr, newRequest("block"))
+						if err == nil {
+							p.Release(resp)
+						}
+						calls <- err
+					}()
+				}
+				for range pools {
+					waitFor(t, entered, "the blocking handlers")
+				}
+			}
+			shutdown := startShutdown(t, ts.srv)
+			for range pools {
+				waitFor(t, readOnly, "OnReadOnly")
+			}
+			if tc.busy {
+				for i, p := range ps {
+					if n := p.pendingLen(ts.addr); n != 1 {
+						t.Errorf("pool %d: %d calls pending on read-only connections, want 1", i, n)
+					}
 				}
 				close(release)
-				waitFor(t, returned, stop+" once the handler returned")
-			})
-		}
+				for range pools {
+					// Had the client closed with the call pending, it would
+					// get status 35 here.
+					if err := waitFor(t, calls, "the blocked calls"); err != nil {
+						t.Errorf("call in flight across Shutdown: %v", err)
+					}
+				}
+			}
+			released := time.Now()
+			for range pools * connsPerPool {
+				waitFor(t, l.peerGone, "a Pool to close its read-only connection")
+			}
+			if err := waitFor(t, shutdown, "Shutdown"); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			if d := time.Since(released); d > longLinger/10 {
+				t.Errorf("Shutdown returned %v after the last call; the Pools had closed every connection", d)
+			}
+			for i, p := range ps {
+				if !p.ReadOnly(ts.addr) {
+					t.Errorf("pool %d: ReadOnly = false after the event", i)
+				}
+				e := (*p.eps.Load())[ts.addr]
+				for j := range e.slots {
+					if c := e.slots[j].Load(); c != nil && !c.dead.Load() {
+						t.Errorf("pool %d: connection %d to the read-only address is still open", i, j)
+					}
+				}
+			}
+			if !tc.busy {
+				close(release)
+			}
+		})
 	}
 }
 
-// TestServeAcceptRetry checks that a failing Accept is retried.
-func TestServeAcceptRetry(t *testing.T) {
-	l := &flakyListener{Listener: listen(t), failures: 3}
-	ts := startServerOn(t, l, echo, ServerConfig{})
-	p := newPool(t, Config{})
-	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("through"))
-	if err != nil {
-		t.Fatalf("RoundTrip: %v", err)
-	}
-	p.Release(resp)
-	if l.failed.Load() != 3 {
-		t.Errorf("%d accept failures seen, want 3", l.failed.Load())
+// TestShutdownCallsNeverAmbiguous runs calls in a tight loop across
+// Shutdown, several rounds: every call must succeed, be rejected by the
+// server with 100 (not run), or fail locally with 35 wrapping ErrNotSent
+// (never sent). A 35 without ErrNotSent ("the server may have acted") for a
+// call the server never ran is the bug this guards against. With instant
+// handlers nothing holds Shutdown back once the read-only event is out,
+// which is when a close that does not wait for the clients loses requests.
+func TestShutdownCallsNeverAmbiguous(t *testing.T) {
+	const callers = 16
+	rounds := []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 0, 0, 0, 0}
+	for round, cost := range rounds {
+		t.Run(fmt.Sprintf("round-%d-handler-%v", round, cost), func(t *testing.T) {
+			l := newWatchListener(t)
+			// busy closes once a few waves of calls reached the handler.
+			var entered atomic.Int32
+			busy := make(chan struct{})
+			ts := startServerOn(t, l, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+				if entered.Add(1) == 3*callers {
+					close(busy)
+				}
+				if cost > 0 {
+					work := time.NewTimer(cost) // what a call costs
+					defer work.Stop()
+					select {
+					case <-work.C:
+					case <-ctx.Done():
+					}
+				}
+				echo(ctx, req, resp)
+			}), ServerConfig{ShutdownLinger: longLinger})
+			p := newPool(t, Config{ConnsPerAddr: 2})
+			ctx := testCtx(t)
+			for range 2 { // start a dial for each slot
+				resp, err := p.RoundTrip(ctx, ts.addr, newRequest("warm"))
+				if err != nil {
+					t.Fatalf("warm-up: %v", err)
+				}
+				p.Release(resp)
+			}
+			l.waitServing(t, 2)
+
+			var ok, rejected, notSentN, bad atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			errs := make(chan error, callers)
+			for g := range callers {
+				wg.Go(func() {
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						want := fmt.Sprintf("call-%d-%d", g, i)
+						resp, err := p.RoundTrip(ctx, ts.addr, newRequest(want))
+						var pe *protocol.Error
+						switch {
+						case err == nil:
+							got := string(resp.Payload)
+							p.Release(resp)
+							if got != want {
+								bad.Add(1)
+								errs <- fmt.Errorf("call %s got %q", want, got)
+								return
+							}
+							ok.Add(1)
+						case errors.As(err, &pe) && pe.Remote && pe.Status == protocol.StatusServerThreadpoolExhausted:
+							rejected.Add(1)
+						case errors.As(err, &pe) && !pe.Remote && pe.Status == protocol.StatusChannelInactive &&
+							errors.Is(err, ErrNotSent):
+							notSentN.Add(1)
+						default:
+							bad.Add(1)
+							errs <- fmt.Errorf("call %s: %w", want, err)
+							return
+						}
+					}
+				})
+			}
+			waitFor(t, busy, "the calls to reach the handler")
+			if ok.Load() == 0 {
+				t.Errorf("no call succeeded before Shutdown")
+			}
+			start := time.Now()
+			if err := ts.srv.Shutdown(ctx); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			if d := time.Since(start); d > longLinger/10 {
+				t.Errorf("Shutdown took %v with only Pools as peers", d)
+			}
+			close(stop)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			t.Logf("ok %d, rejected with 100 %d, not sent %d, ambiguous %d",
+				ok.Load(), rejected.Load(), notSentN.Load(), bad.Load())
+			if bad.Load() != 0 {
+				t.Errorf("%d calls failed in a way that says the server may have acted", bad.Load())
+			}
+		})
 	}
 }
 
-type flakyListener struct {
-	net.Listener
-	failures int32
-	failed   atomic.Int32
+// gateListener is a TCP listener whose first Accept waits for gate: until
+// then, dialled connections wait in the operating system's accept queue.
+type gateListener struct {
+	*net.TCPListener
+	gate chan struct{}
 }
 
-func (l *flakyListener) Accept() (net.Conn, error) {
-	if l.failed.Load() < l.failures {
-		l.failed.Add(1)
-		return nil, errTemporary
-	}
-	return l.Listener.Accept()
+func (l *gateListener) Accept() (net.Conn, error) {
+	<-l.gate
+	return l.TCPListener.Accept()
 }
 
-var errTemporary = errors.New("accept: too many open files")
+// A connection still in the accept queue when Shutdown begins, whose
+// client has already sent a request, is accepted and answered 100 ("not
+// run, safe to retry") with the read-only event, instead of being reset by
+// the operating system when the listener closes (which a client reports as
+// 35, "may have acted"). Nothing runs.
+func TestShutdownDrainsAcceptQueue(t *testing.T) {
+	l := listen(t).(*net.TCPListener)
+	gl := &gateListener{TCPListener: l, gate: make(chan struct{})}
+	var ran atomic.Int32
+	srv := NewServer(HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		ran.Add(1)
+	}), ServerConfig{Logger: quietLogger(), ShutdownLinger: longLinger})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(gl) }()
+	t.Cleanup(func() { _ = srv.Close() })
 
-// TestWireFormatOfResponse checks a response frame byte by byte.
-func TestWireFormatOfResponse(t *testing.T) {
-	ts := startServer(t, HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
-		resp.Payload = []byte{0xAB}
-	}), ServerConfig{})
-	c := dialRaw(t, ts.addr)
-	req := newRequest("x")
-	req.Header.SetID(5)
+	c := dialRaw(t, l.Addr().String()) // queued: Serve waits at the gate
+	req := newRequest("queued")
+	req.Header.SetID(7)
 	if _, err := c.Write(protocol.AppendMessage(nil, req)); err != nil {
 		t.Fatalf("write: %v", err)
 	}
-	// header(16) + service "" + method "" + 0 attachments + payload.
-	want := mustHex(t, "dabb 1614 0000000000000005 00000004 00 00 00 ab")
-	got := readFull(t, c, len(want))
-	if !bytes.Equal(got, want) {
-		t.Errorf("response\n got % x\nwant % x", got, want)
-	}
-	if binary.BigEndian.Uint32(got[12:16]) != 4 {
-		t.Errorf("body length %d", binary.BigEndian.Uint32(got[12:16]))
-	}
-}
+	done := startShutdown(t, srv)
+	eventually(t, "Shutdown to begin", func() bool { return srv.current() != serving })
+	close(gl.gate)
 
-// TestSlowLargeRequestIsNotSilence: a client sending one large request
-// slowly, over more than three heartbeat intervals, is making progress:
-// the server reads it whole and answers instead of closing the connection
-// as silent.
-func TestSlowLargeRequestIsNotSilence(t *testing.T) {
-	const interval = 100 * time.Millisecond
-	ts := startServer(t, echo, ServerConfig{HeartbeatInterval: interval})
-	c := dialRaw(t, ts.addr)
-	frames := readFrames(c)
-	req := newRequest(strings.Repeat("z", 64<<10))
-	req.Header.SetID(7)
-	frame := protocol.AppendMessage(nil, req)
-	const pieces = 10 // one every interval/2: 5 intervals in all, silence is 3
-	step := (len(frame) + pieces - 1) / pieces
-	for b := frame; len(b) > 0; b = b[min(step, len(b)):] {
-		if _, err := c.Write(b[:min(step, len(b))]); err != nil {
-			t.Fatalf("write: %v (the server closed the connection)", err)
+	rd := protocol.NewReader(bufio.NewReader(c), 0)
+	sawReadOnly, answered := false, false
+	for !answered {
+		m := readResponse(t, rd, c)
+		switch {
+		case m.IsReadOnly():
+			sawReadOnly = true
+		case m.Header.Flags().IsEvent():
+		case m.Header.ID() == 7:
+			answered = true
+			if got := m.Header.Status(); got != protocol.StatusServerThreadpoolExhausted {
+				t.Fatalf("the queued request got status %d (%q), want 100", got, m.Payload)
+			}
 		}
-		time.Sleep(interval / 2) // the slow sender under test, not a synchronisation
 	}
-	for {
-		m := nextFrameOrEOF(t, frames, "the response")
-		if m == nil {
-			t.Fatal("the server closed the connection instead of answering")
-		}
-		if m.IsHeartbeat() {
-			continue // the server's own heartbeats while it waited
-		}
-		if m.Header.ID() != 7 || len(m.Payload) != 64<<10 {
-			t.Fatalf("got id %d with %d bytes, want the echo of request 7", m.Header.ID(), len(m.Payload))
-		}
-		return
+	if !sawReadOnly {
+		t.Errorf("the answer to the queued request came before the read-only event")
 	}
-}
-
-// TestHandlerGoexit: a handler that ends its goroutine (runtime.Goexit, as
-// t.FailNow does) is answered 70 like a panic, and gives its
-// MaxConcurrent slot back: the next call runs and Shutdown does not wait
-// for it.
-func TestHandlerGoexit(t *testing.T) {
-	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
-		if string(req.Payload) == "goexit" {
-			runtime.Goexit()
-		}
-		echo(ctx, req, resp)
-	}), ServerConfig{MaxConcurrent: 1})
-	p := newPool(t, Config{})
-	_, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("goexit"))
-	if pe := wantStatus(t, err, protocol.StatusServiceError, true, false); !strings.Contains(pe.Msg, "Goexit") {
-		t.Errorf("status 70 says %q, want it to name runtime.Goexit", pe.Msg)
-	}
-	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("after"))
-	if err != nil {
-		t.Fatalf("the call after the Goexit: %v (its slot was not released?)", err)
-	}
-	p.Release(resp)
-	if err := ts.srv.Shutdown(testCtx(t)); err != nil {
+	_ = c.Close() // a dabb client closes once its last call is answered
+	if err := waitFor(t, done, "Shutdown"); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-}
-
-// TestMaxConcurrentSequentialCaller: a caller that sends its next request
-// as soon as it has the answer never finds its finished call still holding
-// the only slot.
-func TestMaxConcurrentSequentialCaller(t *testing.T) {
-	ts := startServer(t, echo, ServerConfig{MaxConcurrent: 1})
-	p := newPool(t, Config{ConnsPerAddr: 1})
-	for i := range 2000 {
-		resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("next"))
-		if err != nil {
-			t.Fatalf("call %d: %v", i, err)
-		}
-		p.Release(resp)
+	if err := waitFor(t, served, "Serve"); !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve returned %v, want ErrServerClosed", err)
+	}
+	if n := ran.Load(); n != 0 {
+		t.Errorf("the handler ran %d times during Shutdown, want 0", n)
 	}
 }
 
-// TestPutServerCallDropsAliasedPayload: a handler that answers with the
-// request's own payload (a zero-copy echo) leaves resp.Payload in the
-// request's array. The pooled call must not keep it as the next response
-// buffer (the next read writes there) nor put it in the buffer pool a
-// second time (the request's Recycle does, when it is large).
-func TestPutServerCallDropsAliasedPayload(t *testing.T) {
-	for _, size := range []int{1 << 10, 300 << 10} {
-		frame := protocol.AppendMessage(nil, newRequest(strings.Repeat("x", size)))
-		call := new(serverCall)
-		rd := protocol.NewReader(bufio.NewReader(bytes.NewReader(frame)), 0)
-		if err := rd.Read(&call.req); err != nil {
-			t.Fatal(err)
+// TestConcurrentShutdowns: two Shutdowns waiting for the same handler
+// both return once it does (the idle signal reaches both).
+func TestConcurrentShutdowns(t *testing.T) {
+	bs := startBlockingServer(t, ServerConfig{ShutdownLinger: 50 * time.Millisecond})
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	called := make(chan struct{})
+	go func() {
+		defer close(called)
+		if resp, err := p.RoundTrip(context.Background(), bs.addr, newRequest("x")); err == nil {
+			p.Release(resp)
 		}
-		body := call.req.Payload
-		call.resp.Payload = body
-		putServerCall(call)
-		if sameArray(call.resp.Payload, body) {
-			t.Errorf("%d-byte echo: the pooled call keeps the request's array as its response buffer", size)
+	}()
+	waitFor(t, bs.entered, "the handler")
+	errc := make(chan error, 2)
+	for range 2 {
+		go func() { errc <- bs.srv.Shutdown(testCtx(t)) }()
+	}
+	waitBlockedIn(t, "transport.(*Server).Shutdown", 2)
+	close(bs.release)
+	for range 2 {
+		if err := waitFor(t, errc, "a Shutdown to return"); err != nil {
+			t.Errorf("Shutdown = %v, want nil: the only handler returned", err)
 		}
+	}
+	<-called
+}
+
+// waitBlockedIn waits until n goroutines are blocked in a select or on a
+// channel inside fn (read from the goroutine dump: there is no event to
+// await for "parked").
+func waitBlockedIn(t *testing.T, fn string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(defaultTestTimeout)
+	buf := make([]byte, 1<<20)
+	for {
+		dump := string(buf[:runtime.Stack(buf, true)])
+		got := 0
+		for _, g := range strings.Split(dump, "\n\n") {
+			first, _, _ := strings.Cut(g, "\n")
+			if (strings.Contains(first, "[select") || strings.Contains(first, "[chan receive")) && strings.Contains(g, fn) {
+				got++
+			}
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines blocked in %s, want %d", got, fn, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestReadOnlyBeforeShuttingDownAnswers: from the moment Shutdown begins,
+// requests are answered 100 ("shutting down"); the read-only event comes
+// first on every connection, so a client knows why before it sees one and
+// does not take the instance for an overloaded one.
+func TestReadOnlyBeforeShuttingDownAnswers(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{ShutdownLinger: longLinger})
+	c, rd := serveRaw(t, ts.addr)
+	stop := make(chan struct{})
+	wrote := make(chan struct{})
+	go func() { // a client calling back to back, Shutdown or not
+		defer close(wrote)
+		for id := uint64(100); ; id++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			req := newRequest("x")
+			req.Header.SetID(id)
+			if _, err := c.Write(protocol.AppendMessage(nil, req)); err != nil {
+				return
+			}
+			time.Sleep(200 * time.Microsecond) // the client's pace
+		}
+	}()
+	readResponse(t, rd, c) // calls are flowing
+	shutdown := startShutdown(t, ts.srv)
+	for {
+		m := readResponse(t, rd, c)
+		if m.IsReadOnly() {
+			break
+		}
+		if m.Header.Status() == protocol.StatusServerThreadpoolExhausted {
+			t.Fatalf("request %d was answered 100 (%q) before the read-only event", m.Header.ID(), m.Payload)
+		}
+	}
+	close(stop)
+	<-wrote
+	_ = c.Close()
+	if err := waitFor(t, shutdown, "Shutdown after the client closed"); err != nil {
+		t.Errorf("Shutdown: %v", err)
 	}
 }

@@ -1,3 +1,5 @@
+// Tests of the server's worker pool.
+
 package transport
 
 import (
