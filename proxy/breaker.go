@@ -217,22 +217,6 @@ func (c *Client) BreakerState(addr string) string {
 // errBreakerOpen is the cause of the error for an attempt a breaker refused.
 var errBreakerOpen = errors.New("proxy: circuit breaker open")
 
-// asError returns err as a *protocol.Error, without allocating for the
-// errors the client makes itself (which are never wrapped).
-func asError(err error) *protocol.Error {
-	if err == nil {
-		return nil
-	}
-	if pe, ok := err.(*protocol.Error); ok {
-		return pe
-	}
-	var pe *protocol.Error
-	if errors.As(err, &pe) {
-		return pe
-	}
-	return nil
-}
-
 // instanceFailure reports whether err speaks of the instance's health.
 func instanceFailure(err error) bool {
 	pe := asError(err)
