@@ -1,4 +1,4 @@
-// The attempt loop: each attempt of a call, its breaker, and whether to retry.
+// The attempts of a call: the policy both plain and hedged calls follow, and the plain loop.
 
 package proxy
 
@@ -12,6 +12,102 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/registry"
 )
+
+// maxTried bounds the addresses a call remembers to avoid on retries.
+const maxTried = 8
+
+// attempts owns the attempts of one call, plain or hedged. It records
+// each attempt's outcome and address. It decides whether another attempt
+// may follow, and draws on the retry budget for it. It picks the error
+// the call returns.
+type attempts struct {
+	c    *Client
+	call *Call
+	n    int // attempts started
+	// ntried counts the addresses in call.tried, at most maxTried.
+	ntried int
+	// err is the call's outcome so far, from attempt num on addr.
+	err  error
+	addr string
+	num  int
+	sent bool // err's attempt may have reached a server
+	// withdrawn is the budget drawn for the next attempt (0: none).
+	withdrawn int64
+}
+
+// start records that an attempt goes out to addr and returns its number,
+// from 1.
+func (a *attempts) start(addr string) int {
+	a.n++
+	a.withdrawn = 0 // the retry it drew for goes out
+	if a.ntried < maxTried {
+		a.call.tried[a.ntried] = addr
+		a.ntried++
+	}
+	return a.n
+}
+
+// tried returns the addresses of the attempts started, at most maxTried.
+func (a *attempts) tried() []string { return a.call.tried[:a.ntried] }
+
+// record notes the outcome of attempt num, made on addr; err is nil for a
+// success.
+func (a *attempts) record(addr string, num int, err error) {
+	sent := err == nil || !errors.Is(err, ErrNotSent)
+	if a.sent && !sent {
+		// A sent attempt outranks an unsent one: once an attempt may
+		// have reached a server, the call must not say ErrNotSent.
+		return
+	}
+	a.err, a.addr, a.num, a.sent = err, addr, num, sent
+}
+
+// retry decides whether another attempt may follow the latest one, and
+// draws on the retry budget when it may. err is the latest attempt's
+// failure; nil means it has not answered yet (a hedge).
+func (a *attempts) retry(ctx context.Context, err error) bool {
+	call := a.call
+	if a.n >= a.c.opts.retry.MaxAttempts || time.Until(call.Deadline) < time.Millisecond {
+		return false
+	}
+	if err != nil {
+		if call.FailFast || ctx.Err() != nil {
+			return false
+		}
+		switch classify(err) {
+		case notActed:
+		case unknown:
+			if !call.Idempotent {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	sec, ok := a.c.budget.withdraw()
+	if ok {
+		a.withdrawn = sec
+	}
+	return ok
+}
+
+// abandon refunds the budget drawn for an attempt that will not go out.
+// Retries that never happen must not use up the budget of those that can.
+func (a *attempts) abandon() {
+	if a.withdrawn != 0 {
+		a.c.budget.refund(a.withdrawn)
+		a.withdrawn = 0
+	}
+}
+
+// result returns the call's outcome: nil after a success, else the error
+// that outranks the others. It names that attempt in call.Addr and
+// call.Attempt. It refunds a retry that never went out.
+func (a *attempts) result() error {
+	a.abandon()
+	a.call.Addr, a.call.Attempt = a.addr, a.num
+	return a.err
+}
 
 // run is the last stage of the middleware chain: it makes the call's
 // attempts, each on an instance the balancer picks, retrying as the
@@ -46,111 +142,51 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 	if call.Hedge > 0 && call.Idempotent {
 		return c.hedged(ctx, call, st)
 	}
-	policy := &c.opts.retry
-	tried := &call.tried
-	ntried := 0
-	// sent is the error of the latest attempt that may have reached the
-	// server: once there is one, the call's error must not say ErrNotSent
-	// (a retry that failed unsent does not undo it).
-	//
-	// The Call names the attempt whose error is returned: final sets
-	// Addr and Attempt back to sent's when it returns sent.
-	var sent error
-	var sentAddr string
-	var sentAttempt int
-	// withdrawn is the retry budget's withdrawal for the retry about to
-	// be made (0: none): refunded when that retry never goes out.
-	var withdrawn int64
-	final := func(err error) error {
-		if withdrawn != 0 {
-			c.budget.refund(withdrawn)
-			withdrawn = 0
-		}
-		if sent != nil && errors.Is(err, ErrNotSent) {
-			call.Addr, call.Attempt = sentAddr, sentAttempt
-			return sent
-		}
-		return err
-	}
-	for attempt := 1; ; attempt++ {
+	a := attempts{c: c, call: call}
+	for {
 		var in registry.Instance
 		var done balancer.Done
 		var perr error
-		if ntried == 0 {
+		if a.n == 0 {
 			in, done, perr = st.bal.Pick(ctx, call.HashKey)
 		} else {
-			in, done, perr = st.bal.PickExcept(ctx, call.HashKey, tried[:ntried])
+			in, done, perr = st.bal.PickExcept(ctx, call.HashKey, a.tried())
 			if perr != nil && errors.Is(perr, balancer.ErrNoInstance) {
 				in, done, perr = st.bal.Pick(ctx, call.HashKey) // all tried: any usable one again
 			}
 		}
 		if perr != nil {
-			if err != nil {
+			if a.n > 0 {
 				// The error of an attempt says more than "no
 				// instance": the call returns it, saying first why
 				// it went no further.
-				return c.noneLeft(ctx, call, final(err), attempt, nil)
+				return c.noneLeft(ctx, call, a.result(), a.n+1, nil)
 			}
 			return c.noInstance(ctx, call.Service, perr)
 		}
-		withdrawn = 0 // the retry goes out
-		if ntried < maxTried {
-			tried[ntried] = in.Addr
-			ntried++
-		}
 		call.Addr = in.Addr
-		call.Attempt = attempt
-		err = c.attempt(ctx, call, done)
-		if err == nil {
-			return nil
+		call.Attempt = a.start(in.Addr)
+		err := c.attempt(ctx, call, done)
+		a.record(call.Addr, call.Attempt, err)
+		if err == nil || !a.retry(ctx, err) {
+			return a.result()
 		}
-		if !errors.Is(err, ErrNotSent) {
-			sent, sentAddr, sentAttempt = err, call.Addr, call.Attempt
-		}
-		ok, sec := c.retryable(ctx, call, err, attempt, policy)
-		if !ok {
-			return final(err)
-		}
-		withdrawn = sec
-		if pause := policy.backoff(attempt); pause > 0 {
+		if pause := c.opts.retry.backoff(call.Attempt); pause > 0 {
 			if time.Until(call.Deadline) <= pause+time.Millisecond {
-				return final(err)
+				return a.result()
 			}
 			t := time.NewTimer(pause)
 			select {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return final(err)
+				return a.result()
 			}
 		}
 		if c.opts.observer != nil {
 			c.opts.observer.Retried(call.Service, call.Method, protocol.StatusOf(err))
 		}
 	}
-}
-
-// maxTried bounds the addresses a call remembers to avoid on retries.
-const maxTried = 8
-
-// retryable decides whether a failed attempt is tried again; when it is,
-// sec is the retry budget's withdrawal, to be refunded if the retry never
-// goes out.
-func (c *Client) retryable(ctx context.Context, call *Call, err error, attempt int, p *RetryPolicy) (ok bool, sec int64) {
-	if call.FailFast || attempt >= p.MaxAttempts || ctx.Err() != nil || time.Until(call.Deadline) < time.Millisecond {
-		return false, 0
-	}
-	switch classify(err) {
-	case notActed:
-	case unknown:
-		if !call.Idempotent {
-			return false, 0
-		}
-	default:
-		return false, 0
-	}
-	sec, ok = c.budget.withdraw()
-	return ok, sec
 }
 
 // attempt sends one attempt to call.Addr through its breaker and reports

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"time"
 
@@ -61,60 +60,53 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 			results <- hedgeResult{resp, err, in.Addr, attempt}
 		}()
 	}
+	a := attempts{c: c, call: call}
 	first, done, err := st.bal.Pick(ctx, call.HashKey)
 	if err != nil {
 		return c.noInstance(ctx, call.Service, err)
 	}
-	launch(first, done, 1)
-	outstanding, hedgedYet := 1, false
+	launch(first, done, a.start(first.Addr))
+	outstanding := 1
+	// decided is set once the first attempt had its one decision: the
+	// backup goes, or it does not.
+	decided := false
 	// nowhere is set when no instance could take the backup: a failure
 	// the backup could have followed then says so first.
 	nowhere := false
 	// hedge sends the backup, after the first attempt failed with failed,
 	// or (nil) when it has not answered in time.
 	hedge := func(failed error) {
-		hedgedYet = true
-		status := protocol.StatusServerTimeout
-		var sec int64
-		if failed != nil {
-			var ok bool
-			if ok, sec = c.retryable(ctx, call, failed, 1, &c.opts.retry); !ok {
-				return
-			}
-			status = protocol.StatusOf(failed)
-		} else {
-			if c.opts.retry.MaxAttempts < 2 || time.Until(call.Deadline) < time.Millisecond {
-				return
-			}
-			var ok bool
-			if sec, ok = c.budget.withdraw(); !ok {
-				return
-			}
+		decided = true
+		if !a.retry(ctx, failed) {
+			return
 		}
 		// Picked last: a pick whose attempt never starts would stay
 		// counted in flight by the balancer.
-		in, done, err := st.bal.PickExcept(ctx, call.HashKey, []string{first.Addr})
+		in, done, err := st.bal.PickExcept(ctx, call.HashKey, a.tried())
 		if err != nil {
-			c.budget.refund(sec) // the backup never goes out
+			a.abandon()
 			nowhere = true
 			return // nowhere else to go: wait for the first
 		}
 		if c.opts.observer != nil {
+			status := protocol.StatusServerTimeout
+			if failed != nil {
+				status = protocol.StatusOf(failed)
+			}
 			c.opts.observer.Retried(call.Service, call.Method, status)
 		}
 		outstanding++
-		launch(in, done, 2)
+		launch(in, done, a.start(in.Addr))
 	}
 	timer := time.NewTimer(call.Hedge)
 	defer timer.Stop()
-	var lastErr error
 	for outstanding > 0 {
 		select {
 		case r := <-results:
 			outstanding--
+			a.record(r.addr, r.attempt, r.err)
 			if r.err == nil || answered(r.err) {
 				cancel()
-				call.Addr, call.Attempt = r.addr, r.attempt
 				if outstanding > 0 { // the loser's reply, if any, goes back to the pool
 					go func() {
 						if l := <-results; l.resp != nil {
@@ -122,29 +114,23 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 						}
 					}()
 				}
-				if r.err != nil {
-					return r.err
+				if err := a.result(); err != nil {
+					return err
 				}
 				return c.decode(call, r.resp)
 			}
-			// An attempt that may have reached a server outranks a
-			// later one that failed unsent: the call must not say
-			// ErrNotSent once one of its attempts was sent.
-			if !errors.Is(r.err, ErrNotSent) || lastErr == nil || errors.Is(lastErr, ErrNotSent) {
-				lastErr = r.err
-				call.Addr, call.Attempt = r.addr, r.attempt
-			}
-			if !hedgedYet {
+			if !decided {
 				hedge(r.err) // the first failed early: try the backup now, if that failure may be retried
 			}
 		case <-timer.C:
-			if !hedgedYet {
+			if !decided {
 				hedge(nil)
 			}
 		}
 	}
-	if nowhere && classify(lastErr) != fatal { // a failure a backup could have followed
-		return c.noneLeft(ctx, call, lastErr, 2, []string{first.Addr})
+	err = a.result()
+	if nowhere && classify(err) != fatal { // a failure a backup could have followed
+		return c.noneLeft(ctx, call, err, 2, a.tried())
 	}
-	return lastErr
+	return err
 }
