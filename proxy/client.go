@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -23,14 +24,16 @@ import (
 // Client calls services found through a registry. It is safe for concurrent
 // use; make one per process and share it.
 //
-//	c := proxy.NewClient(reg)
+//	c, err := proxy.NewClient(reg)
+//	if err != nil {
+//		return err
+//	}
 //	defer c.Close()
 //	inv := inventory.NewInventoryClient(c)
 //	reply, err := inv.Deduct(ctx, &pb.DeductRequest{Sku: "sku-42", Count: 1})
 type Client struct {
 	opts     options
 	codec    codec.Codec
-	codecEr  error
 	pool     *transport.Pool
 	cache    *registry.Cache
 	breakers *breakers
@@ -53,13 +56,23 @@ type Client struct {
 // NewClient returns a client that finds instances through r. It does no
 // I/O: connections and registry watches start with the first call. Close
 // the client when done; r stays the caller's to close.
-func NewClient(r registry.Registry, opts ...Option) *Client {
-	c := &Client{}
-	c.opts.codec = "proto"
-	c.opts.timeout = DefaultTimeout
-	c.opts.idempotencyKeys = true
+//
+// NewClient fails for a codec that is not registered (the error wraps
+// codec.ErrUnknown) and for an unknown balancer name (it wraps
+// registry.ErrInvalid). The error names the option at fault.
+func NewClient(r registry.Registry, opts ...Option) (*Client, error) {
+	c := &Client{opts: defaultOptions()}
 	for _, o := range opts {
 		o(&c.opts)
+	}
+	var err error
+	if c.codec, err = codec.ByName(c.opts.codec); err != nil {
+		return nil, fmt.Errorf("proxy: WithCodec(%q): %w", c.opts.codec, err)
+	}
+	for _, name := range c.balancerNames() {
+		if _, err := balancer.New(name, balancer.Config{}); err != nil {
+			return nil, fmt.Errorf("proxy: WithBalancer(%q): %w", name, err)
+		}
 	}
 	if c.opts.logger == nil {
 		c.opts.logger = slog.Default()
@@ -70,21 +83,10 @@ func NewClient(r registry.Registry, opts ...Option) *Client {
 	if c.opts.cache.Logger == nil {
 		c.opts.cache.Logger = c.opts.logger
 	}
-	c.codec, c.codecEr = codec.ByName(c.opts.codec)
-	if c.codecEr != nil {
-		c.opts.logger.Error("dabb: every call of this client will fail", "err", c.codecEr)
-	}
-	// A bad balancer name fails the calls of its services (90, not
-	// sent); NewClient has no error to return, so it says so at once.
-	for _, name := range c.balancerNames() {
-		if _, err := balancer.New(name, balancer.Config{}); err != nil {
-			c.opts.logger.Error("dabb: calls to the services using this balancer will fail", "err", err)
-		}
-	}
-	// A server restarted at an address that shut down is a new process:
-	// the old one's breaker history is not its own.
 	onBack := c.opts.transport.OnBack
 	c.opts.transport.OnBack = func(addr string) {
+		// A server restarted at an address that shut down is a new
+		// process: the old one's breaker history is not its own.
 		c.breakers.forget(addr)
 		if onBack != nil {
 			onBack(addr)
@@ -101,7 +103,7 @@ func NewClient(r registry.Registry, opts ...Option) *Client {
 	c.calls.New = func() any { return new(Call) }
 	c.reqs.New = func() any { return new(outgoing) }
 	c.invoke = Chain(c.opts.middleware...)(c.run)
-	return c
+	return c, nil
 }
 
 // balancerNames returns the balancer names the options give, once each.
@@ -159,8 +161,6 @@ func (c *Client) Invoke(ctx context.Context, service, method string, req, resp a
 	switch {
 	case c.closed.Load():
 		err = protocol.NotSent(protocol.StatusClientError, "client closed", protocol.ErrCanceled)
-	case c.codecEr != nil:
-		err = protocol.NotSent(protocol.StatusClientError, "codec "+c.opts.codec, c.codecEr)
 	default:
 		if err = c.invoke(ctx, call); err != nil {
 			err = asCallError(err)

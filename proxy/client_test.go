@@ -114,8 +114,18 @@ func client(t *testing.T, addrs []string, opts ...proxy.Option) *proxy.Client {
 	for _, a := range addrs {
 		ins = append(ins, registry.Instance{Service: service, ID: a, Addr: a})
 	}
-	c := proxy.NewClient(static.New(ins...), append([]proxy.Option{proxy.WithLogger(quiet)}, opts...)...)
+	c := newClient(t, static.New(ins...), append([]proxy.Option{proxy.WithLogger(quiet)}, opts...)...)
 	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// newClient is proxy.NewClient, failing t on an error.
+func newClient(t *testing.T, r registry.Registry, opts ...proxy.Option) *proxy.Client {
+	t.Helper()
+	c, err := proxy.NewClient(r, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return c
 }
 
@@ -321,13 +331,6 @@ func TestUnavailable(t *testing.T) {
 			t.Fatalf("got %v, want client closed", err)
 		}
 	})
-	t.Run("unknown codec", func(t *testing.T) {
-		c := client(t, []string{deadAddr(t)}, proxy.WithCodec("nope"))
-		_, err := invoke(ctx, c)
-		if !errors.Is(err, proxy.ErrBadRequest) || !errors.Is(err, proxy.ErrNotSent) || !strings.Contains(err.Error(), `"nope"`) {
-			t.Fatalf("got %v, want a client error, not sent, naming the codec", err)
-		}
-	})
 }
 
 // Pseudo statuses for serve: garbage answers OK with bytes that are not
@@ -369,7 +372,7 @@ func TestOneWatchPerService(t *testing.T) {
 	s := &seen{}
 	addr := serve(t, s, 0, transport.ServerConfig{})
 	reg := &countingRegistry{Registry: static.New(registry.Instance{Service: service, ID: addr, Addr: addr})}
-	c := proxy.NewClient(reg, proxy.WithLogger(quiet))
+	c := newClient(t, reg, proxy.WithLogger(quiet))
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -800,7 +803,7 @@ func (hangingRegistry) Watch(ctx context.Context, _ string) (registry.Watcher, e
 }
 
 func TestFirstLookupWithinBudget(t *testing.T) {
-	c := proxy.NewClient(hangingRegistry{static.New()}, proxy.WithLogger(quiet),
+	c := newClient(t, hangingRegistry{static.New()}, proxy.WithLogger(quiet),
 		proxy.WithCache(registry.CacheConfig{InitialTimeout: 5 * time.Second, Logger: quiet}))
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)

@@ -7,7 +7,10 @@
 // which sends what remains of the call's budget with the request so the
 // server never starts work nobody waits for.
 //
-//	c := proxy.NewClient(reg, proxy.WithTimeout(500*time.Millisecond))
+//	c, err := proxy.NewClient(reg, proxy.WithTimeout(500*time.Millisecond))
+//	if err != nil {
+//		return err // an unknown balancer or codec name
+//	}
 //	defer c.Close()
 //	inv := inventory.NewInventoryClient(c)
 //	reply, err := inv.Stock(ctx, &pb.StockRequest{Sku: "sku-42"})

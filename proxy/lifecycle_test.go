@@ -2,11 +2,8 @@ package proxy_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -131,7 +128,7 @@ func restartAndCall(t *testing.T, c *proxy.Client, addr string) {
 // client waits for the service's first lookup gets ErrCanceled, not
 // ErrUnavailable.
 func TestCanceledWhileResolving(t *testing.T) {
-	c := proxy.NewClient(hangingRegistry{static.New()}, proxy.WithLogger(quiet),
+	c := newClient(t, hangingRegistry{static.New()}, proxy.WithLogger(quiet),
 		proxy.WithCache(registry.CacheConfig{InitialTimeout: 5 * time.Second, Logger: quiet}))
 	defer c.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -147,43 +144,17 @@ func TestCanceledWhileResolving(t *testing.T) {
 	}
 }
 
-// TestConfigErrorIsBadRequest: a client configured with a balancer that
-// does not exist fails its calls as a bad request, not as an outage that
-// retrying could cure.
-func TestConfigErrorIsBadRequest(t *testing.T) {
-	c := client(t, []string{deadAddr(t)}, proxy.WithBalancer("nope"))
+// TestInvalidServiceIsBadRequest: a service name the registry refuses
+// fails the call as a bad request, not as an outage that retrying could
+// cure.
+func TestInvalidServiceIsBadRequest(t *testing.T) {
+	c := client(t, []string{deadAddr(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	_, err := invoke(ctx, c)
-	if !errors.Is(err, proxy.ErrBadRequest) || errors.Is(err, proxy.ErrUnavailable) || !strings.Contains(err.Error(), `unknown balancer "nope"`) {
-		t.Errorf("call with an unknown balancer = %v; want ErrBadRequest naming it, not ErrUnavailable", err)
+	err := c.Invoke(ctx, "bad/name", "M", &pb.StockRequest{Sku: "x"}, new(pb.StockReply))
+	if !errors.Is(err, proxy.ErrBadRequest) || errors.Is(err, proxy.ErrUnavailable) || !errors.Is(err, registry.ErrInvalid) {
+		t.Errorf("call to an invalid service name = %v; want ErrBadRequest wrapping registry.ErrInvalid, not ErrUnavailable", err)
 	}
-}
-
-// TestConfigErrorIsLoggedAtOnce: NewClient has no error to return, so a
-// balancer name that does not exist is logged when the client is made,
-// not first found by the calls.
-func TestConfigErrorIsLoggedAtOnce(t *testing.T) {
-	var buf bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&syncWriter{w: &buf}, nil))
-	c := proxy.NewClient(static.New(), proxy.WithLogger(log), proxy.WithBalancer("p2c", "svc.A"),
-		proxy.WithBalancer("nope", "svc.B"))
-	defer c.Close()
-	if got := buf.String(); !strings.Contains(got, "level=ERROR") || !strings.Contains(got, `unknown balancer \"nope\"`) {
-		t.Errorf("NewClient with an unknown balancer logged %q; want an error naming it", got)
-	}
-}
-
-// syncWriter serialises writes to w.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 // drainingServer accepts connections, sends each the read-only event and

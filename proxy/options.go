@@ -35,8 +35,14 @@ type options struct {
 
 type methodKey struct{ service, method string }
 
-// WithCodec chooses the serialization by name (default "proto"); its
-// package must be imported so it is registered.
+// defaultOptions returns the options of a client given none. The zero
+// values of the rest (transport, cache, retry, breaker) mean defaults too.
+func defaultOptions() options {
+	return options{codec: "proto", timeout: DefaultTimeout, idempotencyKeys: true}
+}
+
+// WithCodec chooses the serialization by name (default "proto"). Its
+// package must be imported so it is registered; NewClient fails if not.
 func WithCodec(name string) Option { return func(o *options) { o.codec = name } }
 
 // WithTimeout sets the timeout of calls whose method sets none (default 1 s).
@@ -68,16 +74,19 @@ func WithMiddleware(mws ...Middleware) Option {
 	return func(o *options) { o.middleware = append(o.middleware, mws...) }
 }
 
-// WithTransport configures the connection pool (connections per address,
-// dial timeout, heartbeats, body limit).
+// WithTransport configures the connection pool: connections per address,
+// dial timeout, heartbeats, body limit. Fields left zero take their
+// defaults (see transport.Config).
 func WithTransport(cfg transport.Config) Option { return func(o *options) { o.transport = cfg } }
 
-// WithCache configures the instance cache (snapshot file, empty-push
-// protection).
+// WithCache configures the instance cache: snapshot file, empty-push
+// protection. Fields left zero take their defaults (see
+// registry.CacheConfig).
 func WithCache(cfg registry.CacheConfig) Option { return func(o *options) { o.cache = cfg } }
 
 // WithBalancer chooses the load balancer (balancer.P2C by default) for every
-// service, or, with services named, for those only.
+// service, or, with services named, for those only. NewClient fails for a
+// name balancer.New does not know.
 func WithBalancer(name string, services ...string) Option {
 	return func(o *options) {
 		if len(services) == 0 {
@@ -93,10 +102,12 @@ func WithBalancer(name string, services ...string) Option {
 	}
 }
 
-// WithRetry sets the retry policy (see RetryPolicy for the defaults).
+// WithRetry sets the retry policy. Fields left zero take their defaults
+// (see RetryPolicy).
 func WithRetry(p RetryPolicy) Option { return func(o *options) { o.retry = p } }
 
-// WithBreaker configures the per-instance circuit breakers.
+// WithBreaker configures the per-instance circuit breakers. Fields left
+// zero take their defaults (see BreakerConfig).
 func WithBreaker(cfg BreakerConfig) Option { return func(o *options) { o.breaker = cfg } }
 
 // WithObserver reports every attempt, retry and breaker change to obs (see

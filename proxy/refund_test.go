@@ -39,15 +39,18 @@ func TestRetryThatNeverGoesOutIsRefunded(t *testing.T) {
 	defer cancel()
 
 	for _, hedge := range []bool{false, true} {
-		c := NewClient(static.New(registry.Instance{Service: svc, ID: dead, Addr: dead}),
+		c, err := NewClient(static.New(registry.Instance{Service: svc, ID: dead, Addr: dead}),
 			WithLogger(slog.New(slog.DiscardHandler)),
 			WithRetry(RetryPolicy{MaxAttempts: 3}),
 			WithBreaker(BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+		if err != nil {
+			t.Fatal(err)
+		}
 		var opts []CallOption
 		if hedge {
 			opts = []CallOption{Idempotent(), Hedge(time.Hour)} // the backup follows the first's failure
 		}
-		err := c.Invoke(ctx, svc, "M", &pb.StockRequest{Sku: "x"}, new(pb.StockReply), opts...)
+		err = c.Invoke(ctx, svc, "M", &pb.StockRequest{Sku: "x"}, new(pb.StockReply), opts...)
 		if !errors.Is(err, ErrUnavailable) {
 			t.Errorf("hedge %v: a call to a dead instance = %v; want ErrUnavailable", hedge, err)
 		}

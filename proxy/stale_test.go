@@ -51,7 +51,7 @@ func (w *outageWatcher) Next(ctx context.Context) ([]registry.Instance, error) {
 func TestClientSaysStale(t *testing.T) {
 	addr := deadAddr(t)
 	reg := &outageRegistry{Registry: static.New(registry.Instance{Service: service, ID: addr, Addr: addr}), down: make(chan struct{})}
-	c := proxy.NewClient(reg, proxy.WithLogger(quiet))
+	c := newClient(t, reg, proxy.WithLogger(quiet))
 	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
