@@ -1,4 +1,4 @@
-// The attempts of a call: the policy both plain and hedged calls follow, and the plain loop.
+// The attempts of a call: the policy plain and hedged calls share, and the plain loop.
 
 package proxy
 
@@ -109,9 +109,9 @@ func (a *attempts) result() error {
 	return a.err
 }
 
-// run is the last stage of the middleware chain: it makes the call's
-// attempts, each on an instance the balancer picks, retrying as the
-// RetryPolicy allows within the call's one budget.
+// run is the last stage of the middleware chain. It makes the call's
+// attempts, each on an instance the balancer picks. It retries as the
+// RetryPolicy allows, within the call's one budget.
 func (c *Client) run(ctx context.Context, call *Call) error {
 	st, err := c.service(ctx, call.Service, call.Deadline)
 	if err != nil {
@@ -122,8 +122,8 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 		case errors.Is(err, context.Canceled):
 			status = protocol.StatusClientError // the caller gave up: ErrCanceled
 		case errors.Is(err, registry.ErrInvalid):
-			// A bad service name, an unknown balancer, a service the
-			// registry refuses: a bad request, not an outage.
+			// A bad service name, or one the registry refuses: a bad
+			// request, not an outage.
 			status = protocol.StatusClientError
 		}
 		return protocol.NotSent(status, "resolve "+call.Service, err)
@@ -195,14 +195,14 @@ func (c *Client) attempt(ctx context.Context, call *Call, done balancer.Done) er
 	return c.guarded(call, call.Addr, done, func(start time.Time) error { return c.send(ctx, call, start) })
 }
 
-// guarded runs one attempt to addr under addr's circuit breaker, then
-// reports its outcome to the balancer (done) and the observer. A breaker
-// that refuses the attempt makes it fail as not sent.
+// guarded runs one attempt to addr under addr's circuit breaker. It then
+// reports the outcome to the balancer (done) and the observer. An attempt
+// the breaker refuses fails as not sent.
 func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(start time.Time) error) error {
 	start := time.Now()
 	var err error
 	// A failure from an address that announced its shutdown says nothing
-	// of the next process there (a restart on the same port): it counts
+	// of the next process there, a restart on the same port. It counts
 	// neither for its breaker nor for the balancer's figures.
 	draining := false
 	if c.breakers.cfg.Disabled {

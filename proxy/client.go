@@ -1,4 +1,4 @@
-// Client, NewClient and Invoke: the per-service state behind every call.
+// Client, NewClient, Invoke, and the state the client keeps per service.
 
 package proxy
 
@@ -132,8 +132,7 @@ func (c *Client) Close() error {
 // Invoke calls service.method with req and decodes the reply into resp.
 // Options apply in this order, later ones winning: opts (the stub's, from
 // the interface's directives), the client's WithMethodTimeout, then those
-// on ctx from WithCallOptions. ctx's deadline wins over any timeout that is
-// later.
+// on ctx from WithCallOptions. ctx's deadline wins over a later timeout.
 func (c *Client) Invoke(ctx context.Context, service, method string, req, resp any, opts ...CallOption) error {
 	call := c.calls.Get().(*Call)
 	att := call.Attachments // kept across calls, so attachments cost no map
@@ -178,27 +177,26 @@ func (c *Client) Instances(ctx context.Context, service string) ([]registry.Inst
 }
 
 // Stale reports whether the client calls service on instances the
-// registry has not confirmed lately (it is unreachable, or they came from
-// the snapshot file): calls go on, and a health check may say so. See
+// registry has not confirmed lately. The registry is unreachable, or they
+// came from the snapshot file. Calls go on; a health check may say so. See
 // registry.Cache.Stale.
 func (c *Client) Stale(service string) bool { return c.cache.Stale(service) }
 
 // Suspect reports whether the instances of service were kept despite a
-// registry answer that would have emptied them (registry.CacheConfig's
-// ProtectEmpty). See registry.Cache.Suspect.
+// registry answer that would have emptied them. See ProtectEmpty in
+// registry.CacheConfig, and registry.Cache.Suspect.
 func (c *Client) Suspect(service string) bool { return c.cache.Suspect(service) }
 
 // serviceState is what the client keeps per service it calls: the
-// balancer, fed by the registry cache.
+// balancer, which the registry cache feeds.
 type serviceState struct {
 	bal   balancer.Balancer
 	unsub func()
 }
 
-// service returns the state of a service, creating it on the first call
-// (bounded by the call's deadline):
-// it loads the instances (the cache's first lookup), builds the balancer
-// and subscribes it to changes.
+// service returns the state of a service, creating it on the first call.
+// It then loads the instances, builds the balancer and subscribes it to
+// changes, all before deadline.
 func (c *Client) service(ctx context.Context, name string, deadline time.Time) (*serviceState, error) {
 	if st := (*c.services.Load())[name]; st != nil {
 		return st, nil
@@ -242,10 +240,10 @@ func (c *Client) service(ctx context.Context, name string, deadline time.Time) (
 	return st, nil
 }
 
-// listed records the addresses service lists now, and forgets the
-// connections and breakers of addresses that no service lists any more:
-// instances that come and go at new addresses (containers) would
-// otherwise leave one of each behind for the life of the client.
+// listed records the addresses service lists now. It forgets the
+// connections and breakers of addresses no service lists any more.
+// Otherwise instances that come and go at new addresses (containers) would
+// leave one of each behind for the life of the client.
 func (c *Client) listed(service string, ins []registry.Instance) {
 	now := make(map[string]struct{}, len(ins))
 	for _, in := range ins {

@@ -13,8 +13,8 @@ import (
 )
 
 // Errors a call can return, matched with errors.Is. Every error from Invoke
-// is a *protocol.Error (errors.As) with the status and whether the peer sent
-// it (Remote).
+// is a *protocol.Error (errors.As). It holds the status and whether the
+// peer sent it (Remote).
 var (
 	// ErrTimeout: the call's budget ran out.
 	ErrTimeout = protocol.ErrTimeout
@@ -30,22 +30,22 @@ var (
 	ErrBadRequest = protocol.ErrBadRequest
 	// ErrServiceError: the method ran and returned an error.
 	ErrServiceError = protocol.ErrServiceError
-	// ErrCanceled: the caller gave up: its context was cancelled, or it
-	// called after Close. (A call in flight when Close runs fails with
-	// its connection, 35: the server may have acted.)
+	// ErrCanceled: the caller gave up. Its context was cancelled, or it
+	// called after Close. A call in flight when Close runs fails with its
+	// connection instead (35): the server may have acted.
 	ErrCanceled = protocol.ErrCanceled
-	// ErrNotSent: the request provably never left this process (no
-	// instance, no connection, budget spent before sending): whatever the
-	// method, it is safe to try again.
+	// ErrNotSent: the request provably never left this process. No
+	// instance took it, no connection was up, or the budget ran out
+	// first. It is safe to try again, whatever the method.
 	ErrNotSent = protocol.ErrNotSent
 )
 
-// asError returns err as a *protocol.Error, without allocating for the
-// errors the client makes itself (which are never wrapped).
+// asError returns err as a *protocol.Error, or nil.
 func asError(err error) *protocol.Error {
 	if err == nil {
 		return nil
 	}
+	// The client's own errors are never wrapped: they cost no errors.As.
 	if pe, ok := err.(*protocol.Error); ok {
 		return pe
 	}
@@ -57,10 +57,8 @@ func asError(err error) *protocol.Error {
 }
 
 // asCallError makes every error a call returns a *protocol.Error, as the
-// package promises: one a middleware made of its own becomes the cause of
-// a local 90 (or 31, at a deadline; the call may have been sent before
-// the middleware failed it), so errors.As finds a status and errors.Is
-// still finds the middleware's own error.
+// package promises. A middleware's own error becomes the cause of a local
+// 90, or 31 at a deadline. errors.Is still finds the middleware's error.
 func asCallError(err error) error {
 	if _, ok := err.(*protocol.Error); ok {
 		return err
@@ -71,25 +69,27 @@ func asCallError(err error) error {
 	}
 	status := protocol.StatusClientError
 	if errors.Is(err, context.DeadlineExceeded) {
+		// Not 30: the call may have been sent before the middleware
+		// failed it.
 		status = protocol.StatusServerTimeout
 	}
 	return &protocol.Error{Status: status, Err: err}
 }
 
-// noInstance is the error of a call that found no instance to take its
-// first attempt (perr is the balancer's): one sentence that names the
-// service, how many instances are known and why none could take it. It
-// matches ErrUnavailable, ErrNotSent and balancer.ErrNoInstance.
+// noInstance is the error of a call that found no instance for its first
+// attempt; perr is the balancer's. Its one sentence names the service, the
+// instances known and why none could take the call. It matches
+// ErrUnavailable, ErrNotSent and balancer.ErrNoInstance.
 func (c *Client) noInstance(ctx context.Context, service string, perr error) error {
 	msg := "no instance of " + service + " can take the call: " + c.whyNone(ctx, service, nil)
 	return protocol.NotSent(protocol.StatusChannelInactive, msg, &quietError{msg, []error{perr}})
 }
 
-// noneLeft is the error of a call that found no instance to take attempt
-// next after earlier ones failed with err (the error the call returns, of
-// the attempt call.Addr and call.Attempt name): err itself, status, cause
-// and all, with a message that says why the call went no further first.
-// An err that is not a *protocol.Error is returned as it is.
+// noneLeft is the error of a call that found no instance for attempt next.
+// err is the error the call returns, of the attempt call.Addr and
+// call.Attempt name. noneLeft keeps err's status and cause. Its message
+// first says why the call went no further. An err that is not a
+// *protocol.Error is returned as it is.
 func (c *Client) noneLeft(ctx context.Context, call *Call, err error, next int, tried []string) error {
 	pe, ok := err.(*protocol.Error)
 	if !ok {
@@ -112,7 +112,7 @@ func (c *Client) noneLeft(ctx context.Context, call *Call, err error, next int, 
 }
 
 // quietError carries the causes of an error whose message already says
-// all they would: protocol.Error prints a cause whose text equals its
+// what they would. protocol.Error prints a cause whose text equals its
 // message once.
 type quietError struct {
 	msg  string
@@ -123,11 +123,14 @@ func (e *quietError) Error() string   { return e.msg }
 func (e *quietError) Unwrap() []error { return e.errs }
 
 // whyNone says why no known instance of service could take an attempt:
-// "none is known", "both known instances have an open circuit breaker",
-// "of its 3 known instances, 2 are shutting down and 1 was already tried".
+//
+//	none is known
+//	both known instances have an open circuit breaker
+//	of its 3 known instances, 2 are shutting down and 1 was already tried
+//
 // An instance counts once, for the first of: shutting down, breaker open,
-// in tried; one for none of them (its state changed since the pick) is
-// "unavailable".
+// in tried. One that is none of them is "unavailable": its state changed
+// since the pick.
 func (c *Client) whyNone(ctx context.Context, service string, tried []string) string {
 	ins, err := c.cache.Instances(ctx, service)
 	if err != nil || len(ins) == 0 {

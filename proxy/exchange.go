@@ -16,8 +16,8 @@ type outgoing struct {
 	payload []byte
 }
 
-// send is the last stage: it encodes the request, sends it to call.Addr
-// with what remains of the budget, and decodes the reply.
+// send makes one attempt on the wire. It encodes the request, sends it to
+// call.Addr with what remains of the budget, and decodes the reply.
 func (c *Client) send(ctx context.Context, call *Call, start time.Time) error {
 	resp, err := c.exchange(ctx, call, call.Addr, start)
 	if err != nil {
@@ -26,9 +26,9 @@ func (c *Client) send(ctx context.Context, call *Call, start time.Time) error {
 	return c.decode(call, resp)
 }
 
-// exchange encodes the request, sends it to addr with what remains of the
-// budget and returns the OK response, which the caller must decode (or
-// release).
+// exchange encodes the request and sends it to addr with what remains of
+// the budget. It returns the OK response, which the caller must decode or
+// release.
 func (c *Client) exchange(ctx context.Context, call *Call, addr string, start time.Time) (*protocol.Message, error) {
 	budget, err := c.attemptBudget(call, start, start)
 	if err != nil {
@@ -51,8 +51,8 @@ func (c *Client) exchange(ctx context.Context, call *Call, addr string, start ti
 		}
 		out.payload = payload
 		if len(payload) >= slowMarshal {
-			// Encoding this much takes a measurable part of the budget
-			// (ms for MiB): what travels is what is left after it.
+			// Encoding this much takes a measurable part of the budget:
+			// what travels is what is left after it.
 			if budget, err = c.attemptBudget(call, start, time.Now()); err != nil {
 				return nil, err
 			}
@@ -76,9 +76,9 @@ func (c *Client) exchange(ctx context.Context, call *Call, addr string, start ti
 // after marshaling, to send only what is left of the budget.
 const slowMarshal = 64 << 10
 
-// attemptBudget is what an attempt that began at start has left at now: the
-// call's deadline, or the per-try timeout of an idempotent call if that
-// ends first. Less than a millisecond is an error: not sent.
+// attemptBudget is what an attempt that began at start has left at now.
+// That is the call's deadline, or the per-try timeout of an idempotent
+// call if that ends first. Less than a millisecond is an error: not sent.
 func (c *Client) attemptBudget(call *Call, start, now time.Time) (time.Duration, error) {
 	budget := call.Deadline.Sub(now)
 	if pt := c.opts.retry.PerTryTimeout; pt > 0 && call.Idempotent {

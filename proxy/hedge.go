@@ -1,3 +1,5 @@
+// Hedged calls: a backup attempt when the first is slow.
+
 package proxy
 
 import (
@@ -18,28 +20,27 @@ type hedgeResult struct {
 	attempt int
 }
 
-// answered reports an attempt's failure that is the server's final word:
-// a status it sent that no retry may change (the method ran and failed, it
-// has no such method, ...). Like a success it ends a hedged call at once.
+// answered reports an attempt's failure that is the server's final word: a
+// status it sent that no retry may change, such as a 70 or a 60. Like a
+// success, it ends a hedged call at once.
 func answered(err error) bool {
 	pe := asError(err)
 	return pe != nil && pe.Remote && classify(err) == fatal
 }
 
-// hedged makes an idempotent call with a backup attempt: the first goes to
-// the balancer's pick; if it has not answered after call.Hedge (or failed
-// already, in a way that may be retried), a second goes to another
-// instance. The backup counts as a retry: it needs MaxAttempts of 2 or
-// more and draws on the retry budget. The first success wins, as does the
-// first answer from a server that no retry may change (a 70, say), and
-// the other attempt is cancelled, which sends the cancel event to its server. Only
-// the winner's reply is decoded into call.Resp.
-//
-// The request is marshaled once, here, and both attempts read only a
-// private copy of the call: the loser may still be on its way (waiting for
-// a connection, writing) after hedged returns, when Invoke has recycled
-// call and the caller owns its request and attachments again.
+// hedged makes an idempotent call with a backup attempt. The first goes to
+// the balancer's pick. A second goes to another instance if the first has
+// not answered after call.Hedge, or failed already in a way that may be
+// retried. The backup counts as a retry: it needs MaxAttempts of 2 or more
+// and draws on the retry budget. The first success wins, as does the first
+// answer no retry may change (a 70, say). The other attempt is cancelled,
+// which sends the cancel event to its server. Only the winner's reply is
+// decoded into call.Resp.
 func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error {
+	// Marshaled once, here; both attempts read only a private copy of the
+	// call. The loser may still be on its way (dialing, writing) after
+	// hedged returns, when Invoke has recycled call and the caller owns
+	// its request and attachments again.
 	payload, err := call.codec.Marshal(nil, call.Req)
 	if err != nil {
 		return encodeError(call, err)

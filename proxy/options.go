@@ -110,13 +110,13 @@ func WithRetry(p RetryPolicy) Option { return func(o *options) { o.retry = p } }
 // zero take their defaults (see BreakerConfig).
 func WithBreaker(cfg BreakerConfig) Option { return func(o *options) { o.breaker = cfg } }
 
-// WithObserver reports every attempt, retry and breaker change to obs (see
-// proxy/prometheus for one that exports Prometheus metrics).
+// WithObserver reports every attempt, retry and breaker change to obs.
+// proxy/prometheus has one that exports Prometheus metrics.
 func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }
 
-// WithoutIdempotencyKeys stops the client from giving each call of a
-// method that is not idempotent a key (the protocol.AttachIdempotencyKey
-// attachment) that every attempt repeats.
+// WithoutIdempotencyKeys turns the idempotency keys off. By default each
+// call of a method that is not idempotent gets a key, which every attempt
+// repeats (the protocol.AttachIdempotencyKey attachment).
 func WithoutIdempotencyKeys() Option { return func(o *options) { o.idempotencyKeys = false } }
 
 // WithLogger sets the logger (default slog.Default()).
