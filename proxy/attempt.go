@@ -70,6 +70,9 @@ func (a *attempts) retry(ctx context.Context, err error) bool {
 	if a.n >= a.c.opts.retry.MaxAttempts || time.Until(call.Deadline) < time.Millisecond {
 		return false
 	}
+	// A failure's class decides. A hedge, made while the first attempt
+	// has not answered, needs only room and budget: FailFast does not
+	// stop it.
 	if err != nil {
 		if call.FailFast || ctx.Err() != nil {
 			return false
