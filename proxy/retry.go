@@ -1,5 +1,4 @@
-// The retry policy: which failures may be retried, the backoff, and the
-// retry budget.
+// The retry policy: which failures may be retried, backoff, the budget.
 
 package proxy
 
