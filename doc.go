@@ -23,7 +23,7 @@
 //
 // and call it through a proxy.Client:
 //
-//	c := proxy.NewClient(reg)
+//	c, err := proxy.NewClient(reg) // fails for an unknown balancer or codec
 //	inv := inventory.NewInventoryClient(c)
 //	reply, err := inv.Deduct(ctx, &pb.DeductRequest{Sku: "sku-42", Count: 1})
 //

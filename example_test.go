@@ -32,7 +32,10 @@ func Example() {
 	go func() { done <- srv.Serve(l) }()
 	defer func() { srv.Shutdown(ctx); <-done }()
 
-	client := proxy.NewClient(reg, proxy.WithLogger(quiet))
+	client, err := proxy.NewClient(reg, proxy.WithLogger(quiet))
+	if err != nil {
+		panic(err)
+	}
 	defer client.Close()
 	inv := inventory.NewInventoryClient(client)
 

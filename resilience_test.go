@@ -176,7 +176,10 @@ func TestKillInstanceUnderLoad(t *testing.T) {
 			for i := range 3 {
 				procs = append(procs, startServerProcess(t, dir, i, regURL))
 			}
-			c := proxy.NewClient(openRegistry(t, regURL), proxy.WithLogger(quiet))
+			c, err := proxy.NewClient(openRegistry(t, regURL), proxy.WithLogger(quiet))
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*loadDuration()+time.Minute)
 			defer cancel()

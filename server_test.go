@@ -168,7 +168,10 @@ func newClientWith(t testing.TB, opts []proxy.Option, addrs ...string) *proxy.Cl
 	for _, a := range addrs {
 		ins = append(ins, registry.Instance{Service: probeDesc.Name, ID: a, Addr: a})
 	}
-	c := proxy.NewClient(static.New(ins...), append([]proxy.Option{proxy.WithLogger(quiet)}, opts...)...)
+	c, err := proxy.NewClient(static.New(ins...), append([]proxy.Option{proxy.WithLogger(quiet)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { c.Close() })
 	return c
 }

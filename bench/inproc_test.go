@@ -118,7 +118,10 @@ func BenchmarkDabbKeyed(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer srv.Close()
-	c := proxy.NewClient(static.New(registry.Instance{Addr: l.Addr().String()}))
+	c, err := proxy.NewClient(static.New(registry.Instance{Addr: l.Addr().String()}))
+	if err != nil {
+		b.Fatal(err)
+	}
 	defer c.Close()
 	stub := echo.NewEchoClient(c)
 	ctx := context.Background()

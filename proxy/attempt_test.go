@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,55 +12,6 @@ import (
 	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/transport"
 )
-
-// callRecorder is a middleware that keeps what the Call says of its
-// attempt once next returns, as a middleware that blames an instance reads
-// it.
-type callRecorder struct {
-	mu      sync.Mutex
-	addr    string
-	attempt int
-}
-
-func (r *callRecorder) middleware(next proxy.Invoker) proxy.Invoker {
-	return func(ctx context.Context, call *proxy.Call) error {
-		err := next(ctx, call)
-		r.mu.Lock()
-		r.addr, r.attempt = call.Addr, call.Attempt
-		r.mu.Unlock()
-		return err
-	}
-}
-
-func (r *callRecorder) last() (string, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.addr, r.attempt
-}
-
-// attemptLog is an Observer that records the instance of every attempt,
-// in the order the attempts end.
-type attemptLog struct {
-	mu    sync.Mutex
-	addrs []string
-}
-
-func (o *attemptLog) Attempted(_, _, addr string, _ protocol.Status, _ time.Duration) {
-	o.mu.Lock()
-	o.addrs = append(o.addrs, addr)
-	o.mu.Unlock()
-}
-func (o *attemptLog) Retried(string, string, protocol.Status) {}
-func (o *attemptLog) BreakerChanged(string, string, string)   {}
-
-// take returns the attempts recorded since the last take.
-func (o *attemptLog) take() []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	got := o.addrs
-	o.addrs = nil
-	return got
-}
 
 // keyOwnedBy returns a hash key that c's consistent hash balancer routes
 // to want, found with single-attempt calls.
@@ -140,4 +90,147 @@ func TestHedgedCallNamesTheAttemptItReturns(t *testing.T) {
 	if addr, attempt := rec.last(); addr != a || attempt != 1 {
 		t.Errorf("the hedged call returned the error of attempt 1 on %s, but the Call names attempt %d on %s", a, attempt, addr)
 	}
+}
+
+func TestFailoverWhenNotSent(t *testing.T) {
+	s := &seen{}
+	live := serve(t, s, 0, transport.ServerConfig{})
+	c := client(t, []string{deadAddr(t), live})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for i := range 10 {
+		got, err := invoke(ctx, c)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if got != live {
+			t.Fatalf("call %d answered by %q, want %q", i, got, live)
+		}
+	}
+}
+
+func TestFailoverWhenOverloaded(t *testing.T) {
+	busy, free := &seen{}, &seen{}
+	busyAddr := serve(t, busy, protocol.StatusServerThreadpoolExhausted, transport.ServerConfig{MaxConcurrent: 1})
+	freeAddr := serve(t, free, 0, transport.ServerConfig{})
+	c := client(t, []string{busyAddr, freeAddr})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	// Occupy busy's only slot: a call that lands there blocks its handler
+	// until cleanup (the caller itself gives up after 100ms).
+	for busy.runs.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("no call reached the busy server")
+		}
+		invoke(ctx, c, proxy.Timeout(100*time.Millisecond), proxy.FailFast())
+	}
+	for i := range 6 {
+		got, err := invoke(ctx, c)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if got != freeAddr {
+			t.Fatalf("call %d answered by %q, want %q", i, got, freeAddr)
+		}
+	}
+	if n := busy.runs.Load(); n != 1 {
+		t.Fatalf("busy server ran %d calls, want only the blocking one", n)
+	}
+}
+
+func TestNoRetryAfterTheServerActed(t *testing.T) {
+	s1, s2 := &seen{}, &seen{}
+	a1 := serve(t, s1, protocol.StatusServiceError, transport.ServerConfig{})
+	a2 := serve(t, s2, protocol.StatusServiceError, transport.ServerConfig{})
+	c := client(t, []string{a1, a2})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err := invoke(ctx, c)
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Status != protocol.StatusServiceError || !pe.Remote {
+		t.Fatalf("got %v, want a remote status 70", err)
+	}
+	if n := s1.runs.Load() + s2.runs.Load(); n != 1 {
+		t.Fatalf("the call ran %d times, want once", n)
+	}
+}
+
+func TestRetryAfterTimeoutOnlyWhenIdempotent(t *testing.T) {
+	slow, fast := &seen{}, &seen{}
+	slowAddr := serve(t, slow, stall, transport.ServerConfig{})
+	fastAddr := serve(t, fast, 0, transport.ServerConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	// Round robin from a random start: the slow one is first in half the
+	// calls. Every call must succeed for the idempotent method.
+	c := client(t, []string{slowAddr, fastAddr}, proxy.WithBalancer("round_robin"),
+		proxy.WithRetry(proxy.RetryPolicy{PerTryTimeout: 100 * time.Millisecond}),
+		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
+	for i := range 6 {
+		got, err := invoke(ctx, c, proxy.Idempotent(), proxy.Timeout(time.Second))
+		if err != nil {
+			t.Fatalf("idempotent call %d: %v", i, err)
+		}
+		if got != fastAddr {
+			t.Fatalf("idempotent call %d answered by %q", i, got)
+		}
+	}
+	if slow.runs.Load() == 0 {
+		t.Fatal("no call tried the slow instance: the test proves nothing")
+	}
+	// Not idempotent: a timeout after sending is final, and the method ran
+	// once.
+	before := slow.runs.Load() + fast.runs.Load()
+	var timedOut int
+	for range 6 {
+		_, err := invoke(ctx, c, proxy.Timeout(150*time.Millisecond))
+		if err == nil {
+			continue
+		}
+		var pe *protocol.Error
+		if !errors.As(err, &pe) || pe.Status != protocol.StatusServerTimeout || pe.Remote {
+			t.Fatalf("got %v, want a local 31", err)
+		}
+		timedOut++
+	}
+	if timedOut == 0 {
+		t.Fatal("no non-idempotent call hit the slow instance")
+	}
+	if ran := slow.runs.Load() + fast.runs.Load() - before; ran != 6 {
+		t.Fatalf("6 non-idempotent calls ran %d times", ran)
+	}
+}
+
+// TestNotSentOnlyWhenNoAttemptWasSent: a call whose first attempt was
+// sent (it ran on the server and timed out after sending) and whose retry
+// then failed before sending (a dead instance) does not say ErrNotSent,
+// "provably never left this process": it returns the error of the attempt
+// that may have acted.
+func TestNotSentOnlyWhenNoAttemptWasSent(t *testing.T) {
+	slow := &seen{}
+	slowAddr, dead := serve(t, slow, stall, transport.ServerConfig{}), deadAddr(t)
+	log := &attemptLog{} // the instance of each attempt
+	c := client(t, []string{slowAddr, dead}, proxy.WithBalancer("random"), proxy.WithObserver(log),
+		proxy.WithRetry(proxy.RetryPolicy{MaxAttempts: 2, PerTryTimeout: 50 * time.Millisecond}),
+		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	// A call that starts on the slow instance (sent, runs there, times out
+	// after 50 ms) retries on the dead one; random picks it first in half
+	// the calls.
+	for i := range 30 {
+		_, err := invoke(ctx, c, proxy.Idempotent(), proxy.Timeout(time.Second))
+		if err == nil {
+			t.Fatalf("call %d succeeded against a stalled and a dead instance", i)
+		}
+		if got := log.take(); len(got) != 2 || got[0] != slowAddr {
+			continue // not the order this test is about
+		}
+		if errors.Is(err, proxy.ErrNotSent) {
+			t.Fatalf("call %d ran on %s (its first attempt timed out after sending), yet its error says ErrNotSent, never left this process: %v",
+				i, slowAddr, err)
+		}
+		return
+	}
+	t.Fatal("no call started on the slow instance: the test proves nothing")
 }

@@ -1,3 +1,5 @@
+// The circuit breakers: one per instance address, and which errors count.
+
 package proxy
 
 import (
@@ -13,39 +15,41 @@ import (
 	"github.com/dabbrpc/dabb/transport"
 )
 
-// BreakerConfig configures the circuit breaker each instance gets. The zero
-// value means the defaults.
+// BreakerConfig configures the circuit breaker each instance gets. Fields
+// left zero take their defaults.
 //
-// A breaker counts only failures that speak of the instance: connection
-// failures, attempts that timed out after sending, status 80. A method's
-// own error (70) does not; a call the caller gave up on, a shed call (100:
-// overloaded, not failing), an attempt the dial backoff refused and a
-// failure from an address shutting down count neither way.
+// A breaker counts only failures that speak of the instance. These are
+// connection failures, attempts that timed out after sending, and status
+// 80. A method's own error (70) counts as a success. Some outcomes count
+// neither way: a call the caller gave up on, a shed call (100), an attempt
+// the dial backoff refused, and a failure from an address shutting down.
 // A timeout counts whichever deadline ended the attempt, the method's or
-// an earlier one on the caller's context: the breaker cannot tell a slow
-// instance from a tight deadline, and an instance that hangs must open its
-// breaker also for callers whose contexts always carry deadlines.
-// While a breaker is open its instance is left out of balancing; after
-// OpenTimeout it lets HalfOpenProbes calls through, and closes again when
+// the caller's.
+//
+// While a breaker is open its instance is left out of balancing. After
+// OpenTimeout it lets HalfOpenProbes calls through. It closes again when
 // they succeed.
 type BreakerConfig struct {
-	// ConsecutiveFailures opens the breaker (default 5).
+	// ConsecutiveFailures is the run of failures that opens the breaker.
+	// Default 5.
 	ConsecutiveFailures uint32
-	// FailureRatio, when above zero, also opens it when at least
-	// MinRequests calls were counted in the current Window and this share
-	// of them failed.
+	// FailureRatio, when above zero, also opens the breaker once this
+	// share of the calls counted in the current Window failed. Default 0:
+	// off. Range 0 to 1.
 	FailureRatio float64
-	MinRequests  uint32
+	// MinRequests is the calls a Window must count before FailureRatio
+	// applies. Default 20.
+	MinRequests uint32
 	// Window is the period after which a closed breaker forgets its
-	// counts (default 10 s).
+	// counts. Default 10 s.
 	Window time.Duration
 	// OpenTimeout is how long the breaker stays open before it lets
-	// probes through (default 5 s).
+	// probes through. Default 5 s.
 	OpenTimeout time.Duration
 	// HalfOpenProbes is how many calls may probe a half-open instance at
-	// once (default 1).
+	// once. Default 1.
 	HalfOpenProbes uint32
-	// Disabled turns breaking off.
+	// Disabled turns breaking off. Default false.
 	Disabled bool
 }
 
@@ -80,10 +84,7 @@ type breakers struct {
 // instanceHealth is what the client knows of one instance's health.
 type instanceHealth struct {
 	cb *gobreaker.CircuitBreaker[struct{}]
-	// tripped is set while the breaker is not closed (OnStateChange), so
-	// that open, asked for every candidate the balancer considers, reads
-	// one atomic for a closed breaker instead of taking the breaker's lock
-	// and the clock (~1.5 % of the client's CPU at c=1024, dabbbench).
+	// tripped is set while the breaker is not closed (OnStateChange).
 	tripped atomic.Bool
 }
 
@@ -142,8 +143,8 @@ func (b *breakers) get(addr string) *instanceHealth {
 	return h
 }
 
-// forget drops addr's breaker, so the next call there starts a closed
-// one: a new server took the address over. A breaker that was not closed
+// forget drops addr's breaker because a new server took the address over.
+// The next call there starts a closed one. A breaker that was not closed
 // is reported as closing.
 func (b *breakers) forget(addr string) {
 	h := b.drop(addr)
@@ -158,14 +159,16 @@ func (b *breakers) forget(addr string) {
 	}
 }
 
-// open reports whether addr's breaker takes no attempt now: it is open,
-// or half-open with all its probes taken (the balancer then leaves the
-// instance out rather than have the breaker refuse what it picked).
+// open reports whether addr's breaker takes no attempt now. It is open, or
+// half-open with all its probes taken. The balancer then leaves the
+// instance out rather than have the breaker refuse what it picked.
 func (b *breakers) open(addr string) bool {
 	if b.cfg.Disabled {
 		return false
 	}
 	h := (*b.m.Load())[addr]
+	// open runs for every candidate the balancer considers: a closed
+	// breaker costs one atomic load, not the breaker's lock and the clock.
 	if h == nil || !h.tripped.Load() {
 		return false
 	}
@@ -183,7 +186,7 @@ func (b *breakers) open(addr string) bool {
 	return false
 }
 
-// drop removes addr's breaker, if any, and returns it: the address left
+// drop removes addr's breaker, if any, and returns it. The address left
 // every instance list, or a new server took it over (forget).
 func (b *breakers) drop(addr string) *instanceHealth {
 	b.mu.Lock()
@@ -203,9 +206,8 @@ func (b *breakers) drop(addr string) *instanceHealth {
 	return h
 }
 
-// BreakerState returns the breaker state of an instance address as gobreaker
-// names it ("closed", "half-open", "open"); "closed" for an address the
-// client has not called.
+// BreakerState returns the breaker state of an instance address: "closed",
+// "half-open" or "open". An address the client has not called is "closed".
 func (c *Client) BreakerState(addr string) string {
 	h := (*c.breakers.m.Load())[addr]
 	if h == nil {
@@ -216,22 +218,6 @@ func (c *Client) BreakerState(addr string) string {
 
 // errBreakerOpen is the cause of the error for an attempt a breaker refused.
 var errBreakerOpen = errors.New("proxy: circuit breaker open")
-
-// asError returns err as a *protocol.Error, without allocating for the
-// errors the client makes itself (which are never wrapped).
-func asError(err error) *protocol.Error {
-	if err == nil {
-		return nil
-	}
-	if pe, ok := err.(*protocol.Error); ok {
-		return pe
-	}
-	var pe *protocol.Error
-	if errors.As(err, &pe) {
-		return pe
-	}
-	return nil
-}
 
 // instanceFailure reports whether err speaks of the instance's health.
 func instanceFailure(err error) bool {
@@ -244,6 +230,10 @@ func instanceFailure(err error) bool {
 	}
 	switch pe.Status {
 	case protocol.StatusChannelInactive, protocol.StatusServerTimeout:
+		// A 31 counts whichever deadline ended the attempt. The breaker
+		// cannot tell a slow instance from a tight deadline, and a hung
+		// instance must open its breaker also for callers whose
+		// contexts always carry deadlines.
 		return true
 	}
 	return false
@@ -254,14 +244,11 @@ func instanceFailure(err error) bool {
 var errDraining = errors.New("proxy: the address is shutting down")
 
 // excludedFromBreaker reports errors that say nothing new of the
-// instance's health: the caller gave up, the budget was spent before
+// instance's health. The caller gave up, the budget was spent before
 // sending, the address announced its shutdown, the dial backoff refused
-// the attempt without touching the network (the dial that failed was
-// counted), or the server shed the call (100: it is overloaded, not
-// failing, and answers at once; opening its breaker would turn a load
-// spike into an outage of the instance, the only one of a small service.
-// The balancer still routes away from it: see shedding).
+// the attempt, or the server shed the call.
 func excludedFromBreaker(err error) bool {
+	// A dial backoff touched no network: the dial that failed was counted.
 	if errors.Is(err, errDraining) || errors.Is(err, transport.ErrDialBackoff) {
 		return true
 	}
@@ -270,6 +257,10 @@ func excludedFromBreaker(err error) bool {
 		return false
 	}
 	if pe.Remote {
+		// A shed call (100) comes from an overloaded instance, not a
+		// failing one, and is answered at once. Opening its breaker
+		// would turn a load spike into an outage of the instance. The
+		// balancer still routes away from it.
 		return pe.Status == protocol.StatusServerThreadpoolExhausted
 	}
 	return pe.Status == protocol.StatusClientError ||

@@ -1,3 +1,5 @@
+// Call, the middleware chain, and the options of one call.
+
 package proxy
 
 import (
@@ -18,12 +20,11 @@ type Caller interface {
 // only until Invoke returns; a middleware must not keep it.
 //
 // A middleware may change what the balancing stage reads after it:
-// Deadline (to shorten or extend the budget), Attachments, HashKey,
-// FailFast, Hedge and Idempotent. Timeout is informational by then: the
-// Deadline was computed from it before the first middleware ran, and
-// changing it has no effect. A middleware's own error (one it returns
-// without calling next) reaches the caller as the cause of a local 90
-// (31 for a deadline), so errors.Is still finds it.
+// Deadline, Attachments, HashKey, FailFast, Hedge and Idempotent. Changing
+// Timeout has no effect by then: Deadline was computed from it before the
+// first middleware ran. A middleware's own error, returned without calling
+// next, reaches the caller as the cause of a local 90 (31 for a deadline).
+// errors.Is still finds it.
 type Call struct {
 	// Service and Method name the remote method.
 	Service, Method string
@@ -32,9 +33,8 @@ type Call struct {
 	Req, Resp any
 	// Idempotent says the method is safe to run more than once.
 	Idempotent bool
-	// Timeout is the call's timeout after every override. Deadline was
-	// made from it before the middlewares ran: set Deadline to change
-	// the budget.
+	// Timeout is the call's timeout after every override. Set Deadline,
+	// not Timeout, to change the budget.
 	Timeout time.Duration
 	// Deadline is when the call's whole budget runs out: the earlier of
 	// the context's deadline and the start plus Timeout. Every attempt
@@ -49,21 +49,21 @@ type Call struct {
 	// FailFast forbids retries: the first failure is returned.
 	FailFast bool
 	// Hedge, for an idempotent call, sends a second attempt to another
-	// instance when the first has not answered after this delay; the
-	// first answer wins and the other attempt is cancelled.
+	// instance when the first has not answered after this delay. The
+	// first answer wins; the other attempt is cancelled. Default 0: off.
 	Hedge time.Duration
 	// Addr and Attempt are the instance and the number (from 1) of an
 	// attempt, set after the middlewares ran. Once next returns they name
-	// the attempt whose outcome the call returns: the one that succeeded,
-	// or the one whose error is returned, which is not always the last
-	// (an attempt that may have reached a server outranks a later one
-	// that failed before sending). Empty and 0 when no attempt was made.
+	// the attempt whose outcome the call returns. That is the one that
+	// succeeded, or the one whose error is returned. It is not always the
+	// last: an attempt that may have reached a server outranks a later one
+	// that failed unsent. Empty and 0 when no attempt was made.
 	Addr    string
 	Attempt int
 
 	codec codec.Codec
-	// payload, when set, is the request already marshaled (a hedged
-	// call's attempts share it) and Req is not read.
+	// payload, when set, is the request already marshaled, and Req is not
+	// read. A hedged call's attempts share it.
 	payload []byte
 	start   time.Time        // when Invoke began
 	tried   [maxTried]string // instances this call attempted, for retries
@@ -154,20 +154,22 @@ type hedgeOption time.Duration
 func (h hedgeOption) apply(c *Call) { c.Hedge = time.Duration(h) }
 
 // Hedge sends a backup attempt to another instance when the first has not
-// answered after delay, and takes whichever answers first, cancelling the
-// other. It applies to idempotent methods only (others ignore it): both
-// attempts may run. The backup is a retry as far as the RetryPolicy goes:
-// MaxAttempts 1 turns it off, it draws on the retry budget (so during an
-// outage hedging stops doubling the load), and when the first attempt
-// fails before the delay the backup goes at once only if that failure may
-// be retried (never with FailFast).
+// answered after delay. Whichever answers first wins; the other is
+// cancelled. It applies to idempotent methods only, since both attempts
+// may run; others ignore it.
+//
+// The backup is a retry as far as the RetryPolicy goes. MaxAttempts 1
+// turns it off. It draws on the retry budget, so during an outage hedging
+// stops doubling the load. When the first attempt fails before the delay,
+// the backup goes at once only if that failure may be retried (never with
+// FailFast).
 func Hedge(delay time.Duration) CallOption { return hedgeOption(delay) }
 
 type callOptionsKey struct{}
 
 // WithCallOptions returns a context that applies opts to every call made
-// with it, after the stub's own options and the client's configuration:
-// the way to override a method's timeout for one call.
+// with it. They apply after the stub's options and the client's
+// configuration: this is how to override a method's timeout for one call.
 func WithCallOptions(ctx context.Context, opts ...CallOption) context.Context {
 	if prev, ok := ctx.Value(callOptionsKey{}).([]CallOption); ok {
 		opts = append(append([]CallOption(nil), prev...), opts...)

@@ -1,13 +1,17 @@
-// Package proxy is the client side of dabb: a Client that generated stubs
-// call through the one-method Caller interface.
+// Package proxy is the client side of dabb. Generated stubs call a Client
+// through the one-method Caller interface.
 //
-// A call goes through the user's middlewares, then the balancing stage
-// (instances from the registry cache, memory only after the first call;
-// instances that announced shutdown are skipped), then the transport stage,
-// which sends what remains of the call's budget with the request so the
-// server never starts work nobody waits for.
+// A call passes three stages. The user's middlewares run first. The
+// balancing stage then picks an instance from the registry cache, which
+// answers from memory after the first call. It skips instances that
+// announced shutdown. The transport stage last sends the request with what
+// remains of the call's budget, so the server never starts work nobody
+// waits for.
 //
-//	c := proxy.NewClient(reg, proxy.WithTimeout(500*time.Millisecond))
+//	c, err := proxy.NewClient(reg, proxy.WithTimeout(500*time.Millisecond))
+//	if err != nil {
+//		return err // an unknown balancer or codec name
+//	}
 //	defer c.Close()
 //	inv := inventory.NewInventoryClient(c)
 //	reply, err := inv.Stock(ctx, &pb.StockRequest{Sku: "sku-42"})
@@ -16,13 +20,14 @@
 //	case errors.Is(err, proxy.ErrUnavailable): // no instance or connection lost
 //	}
 //
-// Timeouts: one second by default (as in Dubbo), overridden by the
-// interface's //dabb:timeout directive, then by WithMethodTimeout, then per
-// call with WithCallOptions(ctx, Timeout(d)); the context's deadline wins
-// when it is earlier.
+// A call's timeout is one second by default, as in Dubbo. The interface's
+// //dabb:timeout directive overrides it, then WithMethodTimeout, then
+// WithCallOptions(ctx, Timeout(d)) for one call. The context's deadline
+// wins when it is earlier.
 //
-// Every error from Invoke is a *protocol.Error (errors.As) carrying a status
-// and whether the server sent it; the Err* variables match classes of
-// them with errors.Is. An error a middleware makes of its own is the cause
-// of a local 90 (31 at a deadline), reachable with errors.Is and errors.As.
+// Every error from Invoke is a *protocol.Error (errors.As). It carries a
+// status and whether the server sent it. The Err* variables match classes
+// of them with errors.Is. An error a middleware makes of its own becomes
+// the cause of a local 90 (31 at a deadline); errors.Is and errors.As
+// still reach it.
 package proxy

@@ -1,3 +1,5 @@
+// Observer: what the client reports of its attempts, retries and breakers.
+
 package proxy
 
 import (

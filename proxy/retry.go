@@ -1,3 +1,5 @@
+// The retry policy: which failures may be retried, backoff, the budget.
+
 package proxy
 
 import (
@@ -10,30 +12,29 @@ import (
 )
 
 // RetryPolicy says when a failed attempt is tried again on another
-// instance. The zero value means the defaults.
+// instance. Fields left zero take their defaults.
 //
-// The rule (docs/resilience.md): an attempt that provably was not acted on
-// (never sent, rejected with 100, or refused by a server whose budget was
-// spent) may be retried whatever the method. Anything else (a timeout, a
-// lost connection after sending) leaves it unknown whether the server
-// acted: only idempotent methods are retried then. Every attempt of a call
-// draws on the call's one deadline and carries the same idempotency key.
+// An attempt the server provably did not act on may be retried whatever
+// the method. It was never sent, rejected with 100, or refused by a server
+// whose budget was spent. Any other failure leaves it unknown whether the
+// server acted, such as a timeout or a connection lost after sending. Only
+// idempotent methods are retried then. All attempts of a call share its
+// one deadline and carry the same idempotency key. See docs/resilience.md.
 type RetryPolicy struct {
-	// MaxAttempts bounds the attempts of one call, the first included
-	// (default 3). 1 disables retries.
+	// MaxAttempts bounds the attempts of one call, the first included.
+	// Default 3; 1 disables retries and hedging.
 	MaxAttempts int
 	// PerTryTimeout bounds one attempt of an idempotent method, so that a
-	// retry has budget left (default 0: an attempt may use all that
-	// remains).
+	// retry has budget left. Default 0: an attempt may use all that remains.
 	PerTryTimeout time.Duration
 	// BackoffBase and BackoffMax bound the jittered exponential pause
-	// before a retry (defaults 2 ms and 50 ms).
+	// before a retry. Defaults 2 ms and 50 ms.
 	BackoffBase, BackoffMax time.Duration
 	// BudgetRatio is the share of calls that may be retried, over a
-	// sliding window of ten seconds (default 0.1: one retry per ten
-	// calls). BudgetFloor retries per second are allowed on top, so
-	// that a quiet client can still retry (default 10).
+	// sliding ten-second window. Default 0.1: one retry per ten calls.
 	BudgetRatio float64
+	// BudgetFloor is the retries per second allowed beyond BudgetRatio,
+	// so that a quiet client can still retry. Default 10; negative means 0.
 	BudgetFloor int
 }
 
@@ -110,8 +111,8 @@ func classify(err error) verdict {
 }
 
 // retryBudget allows retries up to a ratio of the calls seen over a sliding
-// window, plus a floor per second: when a whole service is down, retries
-// stop multiplying the load. Lock-free: one atomic add per call.
+// window, plus a floor per second. When a whole service is down, retries
+// stop multiplying the load. It takes no lock: a call costs one atomic add.
 type retryBudget struct {
 	ratio   float64
 	floor   int64
@@ -144,14 +145,13 @@ func (b *retryBudget) bucket(now int64) *budgetBucket {
 // call records a call made at now (Unix seconds).
 func (b *retryBudget) call(now int64) { b.bucket(now).calls.Add(1) }
 
-// withdraw reports whether a retry is allowed now, and counts it if so;
+// withdraw reports whether a retry is allowed now, and counts it if so.
 // sec identifies the withdrawal for refund.
-//
-// The retry is counted first and taken back when it is over the limit, so
-// concurrent withdrawals see each other and never overshoot together.
 func (b *retryBudget) withdraw() (sec int64, ok bool) {
 	now := time.Now().Unix()
 	mine := b.bucket(now)
+	// Counted first, taken back when over the limit: concurrent
+	// withdrawals see each other and never overshoot together.
 	mine.retries.Add(1)
 	var calls, retries int64
 	for i := range b.buckets {
@@ -168,9 +168,8 @@ func (b *retryBudget) withdraw() (sec int64, ok bool) {
 	return now, true
 }
 
-// refund takes back a withdrawal made at sec whose retry never went out
-// (no instance to send it to, or no time left after the backoff), so
-// retries that did not happen do not use up the budget of those that can.
+// refund takes back a withdrawal made at sec whose retry never went out.
+// No instance could take it, or no time was left after the backoff.
 // A withdrawal whose second has left the window is gone already.
 func (b *retryBudget) refund(sec int64) {
 	k := &b.buckets[sec%budgetBuckets]

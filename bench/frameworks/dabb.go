@@ -56,7 +56,10 @@ type dabbClient struct {
 }
 
 func dialDabb(addr string) (Client, error) {
-	c := proxy.NewClient(static.New(registry.Instance{Addr: addr}), proxy.WithLogger(quietLogger()))
+	c, err := proxy.NewClient(static.New(registry.Instance{Addr: addr}), proxy.WithLogger(quietLogger()))
+	if err != nil {
+		return nil, err
+	}
 	return &dabbClient{c: c, stub: echo.NewEchoClient(c)}, nil
 }
 

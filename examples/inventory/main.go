@@ -195,7 +195,10 @@ func runDemo(ctx context.Context, w io.Writer, cfg config) error {
 	}
 	fmt.Fprintf(w, "instances: %d published as %s\n", len(ins), inventory.InventoryServiceName)
 
-	client := proxy.NewClient(reg)
+	client, err := proxy.NewClient(reg)
+	if err != nil {
+		return err
+	}
 	defer client.Close()
 	inv := inventory.NewInventoryClient(client)
 
@@ -465,7 +468,10 @@ func runClient(ctx context.Context, w io.Writer, cfg config) error {
 	defer reg.Close()
 	// The first lookup of a service waits for the registry within the
 	// first call's budget: keep that wait below Stock's 200 ms timeout.
-	client := proxy.NewClient(reg, proxy.WithCache(registry.CacheConfig{InitialTimeout: 100 * time.Millisecond}))
+	client, err := proxy.NewClient(reg, proxy.WithCache(registry.CacheConfig{InitialTimeout: 100 * time.Millisecond}))
+	if err != nil {
+		return err
+	}
 	defer client.Close()
 	inv := inventory.NewInventoryClient(client)
 	res := runWorkload(ctx, inv, cfg, fmt.Sprintf("c%d", time.Now().UnixNano()), 0, nil)

@@ -12,7 +12,10 @@
 //	if err != nil {
 //		return err
 //	}
-//	c := proxy.NewClient(reg, proxy.WithObserver(obs))
+//	c, err := proxy.NewClient(reg, proxy.WithObserver(obs))
+//	if err != nil {
+//		return err
+//	}
 //	defer c.Close()
 //	http.Handle("/metrics", promhttp.Handler())
 //

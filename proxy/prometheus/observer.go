@@ -1,3 +1,5 @@
+// The Observer: attempts, retries and breaker changes as Prometheus metrics.
+
 package prometheus
 
 import (

@@ -534,7 +534,10 @@ func newClient(t *testing.T, obs proxy.Observer, addrs []string, opts ...proxy.O
 		ins = append(ins, registry.Instance{Service: svc, ID: a, Addr: a})
 	}
 	opts = append([]proxy.Option{proxy.WithLogger(slog.New(slog.DiscardHandler)), proxy.WithObserver(obs)}, opts...)
-	c := proxy.NewClient(static.New(ins...), opts...)
+	c, err := proxy.NewClient(static.New(ins...), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -11,7 +11,10 @@ import (
 // TestAddressesLeavingEveryListAreForgotten: the breaker of an address is
 // dropped once no service lists it any more, and kept while one does.
 func TestAddressesLeavingEveryListAreForgotten(t *testing.T) {
-	c := NewClient(static.New(), WithLogger(slog.New(slog.DiscardHandler)))
+	c, err := NewClient(static.New(), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
 	ins := func(addrs ...string) []registry.Instance {
 		var l []registry.Instance

@@ -1,0 +1,85 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
+	"github.com/dabbrpc/dabb/transport"
+)
+
+func TestBreakerClasses(t *testing.T) {
+	tests := []struct {
+		name              string
+		err               error
+		failure, excluded bool
+	}{
+		{"success", nil, false, false},
+		{"application error", &protocol.Error{Status: protocol.StatusServiceError, Remote: true}, false, false},
+		{"server error", &protocol.Error{Status: protocol.StatusServerError, Remote: true}, true, false},
+		// A shed call counts for the balancer (failure) but not for the breaker.
+		{"overloaded", &protocol.Error{Status: protocol.StatusServerThreadpoolExhausted, Remote: true}, true, true},
+		{"dial backoff", protocol.NotSent(protocol.StatusChannelInactive, "not dialing again yet",
+			fmt.Errorf("%w: dial refused", transport.ErrDialBackoff)), true, true},
+		{"connection refused", protocol.NotSent(protocol.StatusChannelInactive, "dial refused", nil), true, false},
+		{"timed out after sending", &protocol.Error{Status: protocol.StatusServerTimeout}, true, false},
+		{"caller gave up", &protocol.Error{Status: protocol.StatusClientError}, false, true},
+		{"budget spent before sending", protocol.NotSent(protocol.StatusClientTimeout, "budget spent", nil), false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := instanceFailure(tt.err); got != tt.failure {
+				t.Errorf("instanceFailure = %v, want %v", got, tt.failure)
+			}
+			if got := excludedFromBreaker(tt.err); got != tt.excluded {
+				t.Errorf("excludedFromBreaker = %v, want %v", got, tt.excluded)
+			}
+		})
+	}
+}
+
+// TestHalfOpenWithProbeInFlightIsUnavailable: while a half-open breaker's
+// probe is in flight the instance is left out, instead of being picked
+// and refused by the breaker.
+func TestHalfOpenWithProbeInFlightIsUnavailable(t *testing.T) {
+	b := newBreakers(BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: 20 * time.Millisecond}, slog.New(slog.DiscardHandler), nil)
+	const addr = "10.0.0.1:20880"
+	fail := &protocol.Error{Status: protocol.StatusServerError, Remote: true}
+	_, _ = b.get(addr).cb.Execute(func() (struct{}, error) { return struct{}{}, fail })
+	if !b.open(addr) {
+		t.Fatal("breaker not open after a failure with ConsecutiveFailures 1")
+	}
+	time.Sleep(30 * time.Millisecond) // past OpenTimeout: the breaker turns half-open
+	if b.open(addr) {
+		t.Fatal("a half-open breaker with no probe taken is left out")
+	}
+	// A probe whose outcome says nothing of the instance (the caller gave
+	// up) frees its slot: the next probe may go.
+	gaveUp := &protocol.Error{Status: protocol.StatusClientError, Err: context.Canceled}
+	_, _ = b.get(addr).cb.Execute(func() (struct{}, error) { return struct{}{}, gaveUp })
+	if b.open(addr) {
+		t.Fatal("a half-open breaker whose only probe was excluded is left out for good")
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = b.get(addr).cb.Execute(func() (struct{}, error) {
+			close(entered)
+			<-release
+			return struct{}{}, nil
+		})
+	}()
+	<-entered
+	if !b.open(addr) {
+		t.Error("a half-open breaker whose probe is in flight is offered to the balancer")
+	}
+	close(release)
+	<-done
+	if b.open(addr) {
+		t.Error("the breaker is still left out after its probe succeeded")
+	}
+}
