@@ -165,7 +165,7 @@ func TestLargeInFlight(t *testing.T) {
 	})
 }
 
-// acquireLarge gives up, on a full endpoint or in the pause between large
+// pacer.acquire gives up, on a full endpoint or in the pause between large
 // requests, with the reason: the budget, the caller's context, or the
 // pool's Close, each as not sent, and holds no slot afterwards.
 func TestAcquireLargeGivesUp(t *testing.T) {
@@ -192,23 +192,23 @@ func TestAcquireLargeGivesUp(t *testing.T) {
 				}
 				want := 0
 				if wait == "slot" {
-					e.large <- struct{}{} // the only slot is taken
+					e.pace.slots <- struct{}{} // the only slot is taken
 					want = 1
 				} else {
 					// A small call is waiting for its answer, and the
 					// previous large request asked for a long pause.
 					e.slots[0].Store(&clientConn{pending: map[uint64]*call{1: {}}})
-					e.largeNext.Store(p.clock() + int64(time.Hour))
+					e.pace.next.Store(e.pace.clock() + int64(time.Hour))
 				}
 				ctx, cancel := tc.ctx()
 				defer cancel()
 				if tc.close {
 					_ = p.Close()
 				}
-				_, err = e.acquireLarge(ctx, time.Now(), tc.budget)
+				_, err = e.pace.acquire(ctx, time.Now(), tc.budget)
 				wantStatus(t, err, tc.status, false, true)
-				if len(e.large) != want {
-					t.Errorf("%d slots taken after a call gave up, want %d", len(e.large), want)
+				if len(e.pace.slots) != want {
+					t.Errorf("%d slots taken after a call gave up, want %d", len(e.pace.slots), want)
 				}
 			})
 		}

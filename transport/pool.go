@@ -1,10 +1,11 @@
+// The client Pool: its Config, and RoundTrip, Forget and Close over per-address endpoints.
+
 package transport
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -111,12 +112,6 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Backoff after failed dials to one address: first delay, and cap.
-const (
-	backoffMin = 50 * time.Millisecond
-	backoffMax = 5 * time.Second
-)
-
 // Pool keeps multiplexed connections to many addresses and sends requests
 // over them. Create it with NewPool; it is safe for concurrent use.
 type Pool struct {
@@ -125,7 +120,6 @@ type Pool struct {
 	ctx    context.Context // cancelled by Close; parent of dials
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // reader and dial goroutines
-	epoch  time.Time      // Pool.clock's zero
 
 	// eps maps an address to its endpoint. Copy on write: RoundTrip
 	// reads it with one atomic load and no lock.
@@ -166,7 +160,7 @@ func NewPool(cfg Config) *Pool {
 			return d.DialContext(ctx, "tcp", addr)
 		}
 	}
-	p := &Pool{cfg: cfg, log: cfg.Logger, conns: make(map[*clientConn]struct{}), epoch: time.Now()}
+	p := &Pool{cfg: cfg, log: cfg.Logger, conns: make(map[*clientConn]struct{})}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -234,13 +228,13 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 	var i int
 	if large := p.cfg.LargeMessage; large > 0 && len(req.Payload) >= large {
 		i = p.cfg.ConnsPerAddr
-		if e.large != nil || p.paced() {
+		if e.pace != nil {
 			start = time.Now()
-			sent, err := e.acquireLarge(ctx, start, req.Timeout)
+			sent, err := e.pace.acquire(ctx, start, req.Timeout)
 			if err != nil {
 				return nil, err
 			}
-			defer e.releaseLarge(sent)
+			defer e.pace.release(sent)
 		}
 	} else {
 		i = int(e.rr.Add(1)) % p.cfg.ConnsPerAddr
@@ -351,9 +345,7 @@ func (p *Pool) endpoint(addr string) (*endpoint, error) {
 		n++ // the last slot carries the large requests
 	}
 	e := &endpoint{p: p, addr: addr, slots: make([]atomic.Pointer[clientConn], n)}
-	if p.cfg.LargeMessage > 0 && p.cfg.LargeInFlight > 0 {
-		e.large = make(chan struct{}, p.cfg.LargeInFlight)
-	}
+	e.pace = newPacer(&p.cfg, addr, e.smallInFlight, p.ctx.Done())
 	m := make(map[string]*endpoint, len(old)+1)
 	for k, v := range old {
 		m[k] = v
@@ -406,363 +398,4 @@ func (p *Pool) pendingLen(addr string) int {
 		}
 	}
 	return n
-}
-
-// endpoint is one address: its connection slots, dial state and read-only
-// mark.
-type endpoint struct {
-	p        *Pool
-	addr     string
-	rr       atomic.Uint32 // round-robin cursor
-	readOnly atomic.Bool
-	// forgotten: Forget dropped the address; its connections retire.
-	forgotten atomic.Bool
-	slots     []atomic.Pointer[clientConn]
-	large     chan struct{} // LargeInFlight slots; nil: no bound
-	// largeNext is the earliest the next large request may go while small
-	// calls are in flight (Pool.clock).
-	largeNext atomic.Int64
-
-	mu       sync.Mutex // guards the fields below
-	dial     *dialing   // the dial in flight, if any
-	failures int        // consecutive failed dials
-	retryAt  time.Time  // no dial before this (backoff)
-	lastErr  error      // the last dial error
-}
-
-// paced reports whether large requests are paced (Config.LargeShare).
-func (p *Pool) paced() bool { return p.cfg.LargeShare > 0 && p.cfg.LargeShare < 1 }
-
-// acquireLarge takes one of the endpoint's LargeInFlight slots, then, when
-// small calls to the address are in flight, waits out the pause that
-// Config.LargeShare asks for after the previous large request; both waits
-// end at what is left of budget (counted from start; zero: no budget),
-// ctx, or the pool's Close, as not sent. On success it returns when the
-// request may go (Pool.clock), which the caller owes releaseLarge.
-func (e *endpoint) acquireLarge(ctx context.Context, start time.Time, budget time.Duration) (int64, error) {
-	var w largeWait
-	defer w.stop()
-	if e.large != nil {
-		select {
-		case e.large <- struct{}{}:
-		default:
-			if err := w.wait(ctx, e, start, budget, e.large, "waiting for a large-request slot to "); err != nil {
-				return 0, err
-			}
-		}
-	}
-	if pause := time.Duration(e.largeNext.Load() - e.p.clock()); pause > 0 && e.p.paced() && e.smallInFlight() {
-		w.pause = time.NewTimer(pause)
-		if err := w.wait(ctx, e, start, budget, nil, "in the pause between large requests to "); err != nil {
-			if e.large != nil {
-				<-e.large
-			}
-			return 0, err
-		}
-	}
-	return e.p.clock(), nil
-}
-
-// largeWait is acquireLarge's timers: the budget's, made on the first
-// wait, and the pause's.
-type largeWait struct {
-	budget, pause *time.Timer
-}
-
-// wait sends on slot (nil: waits for the pause timer instead) unless the
-// budget, ctx or the pool's Close comes first.
-func (w *largeWait) wait(ctx context.Context, e *endpoint, start time.Time, budget time.Duration, slot chan struct{}, what string) error {
-	if w.budget == nil && budget > 0 {
-		w.budget = time.NewTimer(budget - time.Since(start))
-	}
-	var timeout, paused <-chan time.Time
-	if w.budget != nil {
-		timeout = w.budget.C
-	}
-	if w.pause != nil {
-		paused = w.pause.C
-	}
-	select {
-	case slot <- struct{}{}:
-		return nil
-	case <-paused:
-		return nil
-	case <-ctx.Done():
-		return protocol.ContextError(ctx.Err(), false)
-	case <-timeout:
-		return protocol.NotSent(protocol.StatusClientTimeout, "timeout budget spent "+what+e.addr, nil)
-	case <-e.p.ctx.Done():
-		return errPoolClosed
-	}
-}
-
-func (w *largeWait) stop() {
-	if w.budget != nil {
-		w.budget.Stop()
-	}
-	if w.pause != nil {
-		w.pause.Stop()
-	}
-}
-
-// maxLargePause bounds the pause after one large request, so that one
-// that waited long (for a slow server, or until its budget ran out) does
-// not hold the next ones back for several times as long.
-const maxLargePause = 100 * time.Millisecond
-
-// releaseLarge ends a large request that acquireLarge let through at
-// sent: it sets when the next one may start while small calls are in
-// flight, and gives back the LargeInFlight slot.
-func (e *endpoint) releaseLarge(sent int64) {
-	if s := e.p.cfg.LargeShare; e.p.paced() {
-		now := e.p.clock()
-		d := now - sent
-		next := now + min(int64(float64(d)*(1-s)/s), int64(maxLargePause))
-		for {
-			old := e.largeNext.Load()
-			if old >= next || e.largeNext.CompareAndSwap(old, next) {
-				break
-			}
-		}
-	}
-	if e.large != nil {
-		<-e.large
-	}
-}
-
-// smallInFlight reports whether a call over one of the shared (small
-// request) connections is waiting for its response.
-func (e *endpoint) smallInFlight() bool {
-	for i := range e.p.cfg.ConnsPerAddr {
-		if c := e.slots[i].Load(); c != nil && c.pendingLen() > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// clock reads the monotonic clock, in nanoseconds since the pool was made.
-func (p *Pool) clock() int64 { return int64(time.Since(p.epoch)) }
-
-// dialing is one dial in flight, shared by every caller that needs it.
-type dialing struct {
-	done  chan struct{} // closed when c or err is set
-	c     *clientConn
-	err   error
-	probe bool // a read-only address's probe: the connection must answer a heartbeat first
-}
-
-// markReadOnly records the read-only event and calls OnReadOnly once.
-func (e *endpoint) markReadOnly() {
-	if e.readOnly.CompareAndSwap(false, true) {
-		e.p.log.Info("transport: address is read-only (shutting down)", "addr", e.addr)
-		if f := e.p.cfg.OnReadOnly; f != nil {
-			f(e.addr)
-		}
-	}
-}
-
-// probe dials the read-only address in the background when none of its
-// connections is left (the old server closed them, or we did once they
-// drained) and no dial is in flight or backing off. The new connection
-// must answer a heartbeat before it is used and the read-only mark goes:
-// a server still draining answers with the read-only event instead (a
-// failed dial, so the next probe waits out the dial backoff), and one
-// that accepted without serving does not answer at all.
-func (e *endpoint) probe() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.readOnly.Load() || e.forgotten.Load() || e.dial != nil || time.Now().Before(e.retryAt) || e.p.ctx.Err() != nil {
-		return
-	}
-	for i := range e.slots {
-		if c := e.slots[i].Load(); c != nil && !c.dead.Load() {
-			return // the old server is still draining it
-		}
-	}
-	if !e.p.goTracked() {
-		return
-	}
-	d := &dialing{done: make(chan struct{}), probe: true}
-	e.dial = d
-	go e.dialSlot(0, d)
-}
-
-// errStillReadOnly is a probe's dial answered with the read-only event.
-var errStillReadOnly = errors.New("transport: the address answered with the read-only event")
-
-// verify sends a heartbeat on the freshly dialed nc and reads its answer,
-// within the dial timeout, frame by frame without reading ahead (the
-// connection is handed to its reader afterwards).
-func (e *endpoint) verify(nc net.Conn) error {
-	_ = nc.SetDeadline(time.Now().Add(e.p.cfg.DialTimeout))
-	defer nc.SetDeadline(time.Time{})
-	// Pool.Close waits for this goroutine: it must not wait out the timeout.
-	stop := context.AfterFunc(e.p.ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if _, err := nc.Write(protocol.AppendHeartbeat(nil, 1)); err != nil {
-		return fmt.Errorf("transport: probe %s: %w", e.addr, err)
-	}
-	var m protocol.Message
-	if _, err := io.ReadFull(nc, m.Header[:]); err != nil {
-		return fmt.Errorf("transport: probe %s: %w", e.addr, err)
-	}
-	if n := m.Header.BodyLen(); m.Header.Magic() != protocol.Magic || !m.Header.Flags().IsEvent() || n > 64 {
-		return fmt.Errorf("transport: probe %s: unexpected answer to a heartbeat: %w", e.addr, protocol.ErrMalformed)
-	}
-	m.Payload = make([]byte, m.Header.BodyLen())
-	if _, err := io.ReadFull(nc, m.Payload); err != nil {
-		return fmt.Errorf("transport: probe %s: %w", e.addr, err)
-	}
-	switch {
-	case m.IsHeartbeatResponse():
-		return nil
-	case m.IsReadOnly():
-		return errStillReadOnly
-	}
-	return fmt.Errorf("transport: probe %s: unexpected answer to a heartbeat: %w", e.addr, protocol.ErrMalformed)
-}
-
-// detach empties c's slot and forgets c.
-func (e *endpoint) detach(c *clientConn) {
-	for i := range e.slots {
-		e.slots[i].CompareAndSwap(c, nil)
-	}
-	e.p.forget(c)
-}
-
-// slowConn finds a connection when slot i holds none usable: it waits for
-// (or starts) a dial, uses another live slot meanwhile, and fails fast
-// while the address is read-only or in dial backoff.
-func (e *endpoint) slowConn(ctx context.Context, i int, start time.Time, budget time.Duration) (*clientConn, error) {
-	e.mu.Lock()
-	if e.p.ctx.Err() != nil {
-		e.mu.Unlock()
-		return nil, errPoolClosed
-	}
-	if e.forgotten.Load() {
-		e.mu.Unlock()
-		return nil, protocol.NotSent(protocol.StatusChannelInactive, "address left the instance list: "+e.addr, nil)
-	}
-	c := e.slots[i].Load()
-	readOnly := e.readOnly.Load()
-	if c.usable() && !readOnly {
-		e.mu.Unlock()
-		return c, nil
-	}
-	if readOnly && c != nil && !c.dead.Load() {
-		// The server is draining this connection: no new calls.
-		e.mu.Unlock()
-		return nil, protocol.NotSent(protocol.StatusChannelInactive, "address is read-only (shutting down): "+e.addr, nil)
-	}
-	var other *clientConn
-	if !readOnly {
-		for j := range e.slots {
-			if o := e.slots[j].Load(); o.usable() {
-				other = o
-				break
-			}
-		}
-	}
-	d := e.dial
-	if d == nil {
-		if time.Now().Before(e.retryAt) {
-			err := e.lastErr
-			e.mu.Unlock()
-			if other != nil {
-				return other, nil
-			}
-			return nil, protocol.NotSent(protocol.StatusChannelInactive, "not dialing "+e.addr+" again yet", fmt.Errorf("%w: %w", ErrDialBackoff, err))
-		}
-		if !e.p.goTracked() {
-			e.mu.Unlock()
-			return nil, errPoolClosed
-		}
-		d = &dialing{done: make(chan struct{})}
-		e.dial = d
-		go e.dialSlot(i, d)
-	}
-	e.mu.Unlock()
-	if other != nil {
-		return other, nil
-	}
-
-	var timeout <-chan time.Time
-	if budget > 0 {
-		t := time.NewTimer(budget - time.Since(start))
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case <-d.done:
-	case <-ctx.Done():
-		return nil, protocol.ContextError(ctx.Err(), false)
-	case <-timeout:
-		return nil, protocol.NotSent(protocol.StatusClientTimeout, "timeout budget spent while dialing "+e.addr, nil)
-	}
-	if d.err != nil {
-		return nil, protocol.NotSent(protocol.StatusChannelInactive, "cannot connect", d.err)
-	}
-	if !d.c.usable() {
-		return nil, protocol.NotSent(protocol.StatusChannelInactive, "connection closed right after dialing "+e.addr, d.c.closeErr())
-	}
-	return d.c, nil
-}
-
-// dialSlot dials addr for slot i and publishes the result to d.
-func (e *endpoint) dialSlot(i int, d *dialing) {
-	defer e.p.wg.Done()
-	ctx, cancel := context.WithTimeout(e.p.ctx, e.p.cfg.DialTimeout)
-	nc, err := e.p.cfg.Dial(ctx, e.addr)
-	cancel()
-	switch {
-	case err != nil:
-		err = fmt.Errorf("transport: dial %s: %w", e.addr, err)
-	case d.probe:
-		if err = e.verify(nc); err != nil {
-			_ = nc.Close()
-		}
-	}
-	var c *clientConn
-	if err == nil {
-		c = newClientConn(e, nc)
-		if !e.p.track(c) {
-			_ = nc.Close()
-			c, err = nil, ErrClosed
-		}
-	}
-
-	back := false
-	e.mu.Lock()
-	if err != nil {
-		e.failures++
-		delay := backoffMin << min(e.failures-1, 10)
-		e.retryAt = time.Now().Add(min(delay, backoffMax))
-		e.lastErr = err
-	} else {
-		e.failures = 0
-		e.retryAt = time.Time{}
-		e.lastErr = nil
-		e.slots[i].Store(c)
-		back = e.readOnly.Swap(false) // a fresh connection: the address is back
-	}
-	e.dial = nil
-	d.c, d.err = c, err
-	close(d.done)
-	e.mu.Unlock()
-
-	if err != nil {
-		e.p.log.Debug("transport: dial failed", "addr", e.addr, "err", err)
-		return
-	}
-	c.start()
-	if e.forgotten.Load() {
-		c.retire() // forgotten while it dialed
-	}
-	if back {
-		e.p.log.Info("transport: address is back after its shutdown", "addr", e.addr)
-		if f := e.p.cfg.OnBack; f != nil {
-			f(e.addr)
-		}
-	}
 }

@@ -1,5 +1,7 @@
 //go:build !unix
 
+// Socket writes through net.Conn.Write where the system calls are not ours to make.
+
 package transport
 
 import "net"

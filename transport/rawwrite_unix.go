@@ -1,5 +1,7 @@
 //go:build unix
 
+// Socket writes made with the system calls themselves, so a flusher never waits for the socket.
+
 package transport
 
 import (

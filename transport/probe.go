@@ -1,0 +1,75 @@
+// The probe that finds a server restarted at a read-only address.
+
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+// probe dials the read-only address in the background when none of its
+// connections is left (the old server closed them, or we did once they
+// drained) and no dial is in flight or backing off. The new connection
+// must answer a heartbeat before it is used and the read-only mark goes:
+// a server still draining answers with the read-only event instead (a
+// failed dial, so the next probe waits out the dial backoff), and one
+// that accepted without serving does not answer at all.
+func (e *endpoint) probe() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.readOnly.Load() || e.forgotten.Load() || e.dial != nil || time.Now().Before(e.retryAt) || e.p.ctx.Err() != nil {
+		return
+	}
+	for i := range e.slots {
+		if c := e.slots[i].Load(); c != nil && !c.dead.Load() {
+			return // the old server is still draining it
+		}
+	}
+	if !e.p.goTracked() {
+		return
+	}
+	d := &dialing{done: make(chan struct{}), probe: true}
+	e.dial = d
+	go e.dialSlot(0, d)
+}
+
+// errStillReadOnly is a probe's dial answered with the read-only event.
+var errStillReadOnly = errors.New("transport: the address answered with the read-only event")
+
+// verify sends a heartbeat on the freshly dialed nc and reads its answer,
+// within the dial timeout, frame by frame without reading ahead (the
+// connection is handed to its reader afterwards).
+func (e *endpoint) verify(nc net.Conn) error {
+	_ = nc.SetDeadline(time.Now().Add(e.p.cfg.DialTimeout))
+	defer nc.SetDeadline(time.Time{})
+	// Pool.Close waits for this goroutine: it must not wait out the timeout.
+	stop := context.AfterFunc(e.p.ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if _, err := nc.Write(protocol.AppendHeartbeat(nil, 1)); err != nil {
+		return fmt.Errorf("transport: probe %s: %w", e.addr, err)
+	}
+	var m protocol.Message
+	if _, err := io.ReadFull(nc, m.Header[:]); err != nil {
+		return fmt.Errorf("transport: probe %s: %w", e.addr, err)
+	}
+	if n := m.Header.BodyLen(); m.Header.Magic() != protocol.Magic || !m.Header.Flags().IsEvent() || n > 64 {
+		return fmt.Errorf("transport: probe %s: unexpected answer to a heartbeat: %w", e.addr, protocol.ErrMalformed)
+	}
+	m.Payload = make([]byte, m.Header.BodyLen())
+	if _, err := io.ReadFull(nc, m.Payload); err != nil {
+		return fmt.Errorf("transport: probe %s: %w", e.addr, err)
+	}
+	switch {
+	case m.IsHeartbeatResponse():
+		return nil
+	case m.IsReadOnly():
+		return errStillReadOnly
+	}
+	return fmt.Errorf("transport: probe %s: unexpected answer to a heartbeat: %w", e.addr, protocol.ErrMalformed)
+}
