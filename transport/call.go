@@ -49,7 +49,7 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 	req.Header.SetID(id)
 
 	if !req.Header.Flags().IsTwoWay() {
-		if c.readOnly.Load() {
+		if c.load() == connReadOnly {
 			return nil, c.errReadOnly()
 		}
 		queued, err := c.write(ctx, req, remaining)

@@ -15,6 +15,17 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
+// connState is where a clientConn is in its life. It only moves up, and
+// may skip steps: open, retiring, readOnly, closed.
+type connState uint32
+
+const (
+	connOpen     connState = iota // takes new calls
+	connRetiring                  // its address was forgotten: no new calls, closes when drained
+	connReadOnly                  // the peer is shutting down: no new calls, closes when drained
+	connClosed                    // closed for good; err says why
+)
+
 // clientConn is one multiplexed client connection: a pending table keyed
 // by request id, the coalescing writer, one reader goroutine and one
 // heartbeat timer.
@@ -24,31 +35,53 @@ type clientConn struct {
 	w      frameWriter
 	nextID atomic.Uint64
 	live   liveness
-	// readOnly is set when the peer sent the read-only event: no new
-	// calls go to this connection, pending ones finish, and the
-	// connection closes itself as soon as none is left (see drainedLocked).
-	readOnly atomic.Bool
-	retiring atomic.Bool // the pool forgot its address: no new calls, closes when drained
-	dead     atomic.Bool // closed; mirrors closed for lock-free checks
+	// state holds a connState. It is read without mu and moved under mu
+	// (moveLocked).
+	state atomic.Uint32
+	dead  closedFlag
 
-	mu      sync.Mutex       // guards the fields below
+	mu      sync.Mutex       // guards the fields below and moves of state
 	pending map[uint64]*call // two-way calls waiting for their response
-	closed  bool
-	err     error       // why the connection closed
-	hb      *time.Timer // the heartbeat timer; nil once closed
+	err     error            // why the connection closed: the first cause
+	hb      *time.Timer      // the heartbeat timer; nil once closed
 }
+
+// closedFlag reads a connection's state as a closed flag (c.dead.Load()),
+// for tests written before connState.
+type closedFlag struct{ c *clientConn }
+
+func (f closedFlag) Load() bool { return f.c.isClosed() }
 
 func newClientConn(ep *endpoint, nc net.Conn) *clientConn {
 	c := &clientConn{ep: ep, nc: nc, pending: make(map[uint64]*call)}
+	c.dead.c = c
 	c.w.init(nc, c.writeFailed)
 	return c
+}
+
+// load returns c's state.
+func (c *clientConn) load() connState { return connState(c.state.Load()) }
+
+// isClosed reports whether c is closed.
+func (c *clientConn) isClosed() bool { return c.load() == connClosed }
+
+// moveLocked moves c up to s, with mu held, and reports whether it moved.
+// It is the only place state changes.
+func (c *clientConn) moveLocked(s connState) bool {
+	if s <= c.load() {
+		// A read-only peer outranks a forgotten address, and nothing
+		// leaves closed.
+		return false
+	}
+	c.state.Store(uint32(s))
+	return true
 }
 
 // start launches the reader goroutine and the heartbeat timer. The pool's
 // WaitGroup counts the reader.
 func (c *clientConn) start() {
 	c.mu.Lock()
-	if !c.closed {
+	if !c.isClosed() {
 		c.hb = time.AfterFunc(c.ep.p.cfg.HeartbeatInterval, c.tick)
 	}
 	c.mu.Unlock()
@@ -57,13 +90,17 @@ func (c *clientConn) start() {
 
 // usable reports whether new calls may go to c.
 func (c *clientConn) usable() bool {
-	return c != nil && !c.dead.Load() && !c.readOnly.Load() && !c.retiring.Load()
+	return c != nil && c.load() == connOpen
 }
 
 // retire takes no more calls on c and closes it after its last one.
-func (c *clientConn) retire() {
+func (c *clientConn) retire() { c.drain(connRetiring) }
+
+// drain moves c to s, connRetiring or connReadOnly, and closes it if no
+// call is left.
+func (c *clientConn) drain(s connState) {
 	c.mu.Lock()
-	c.retiring.Store(true) // under mu: register checks it there
+	c.moveLocked(s) // under mu: register checks the state there
 	drained := c.drainedLocked()
 	c.mu.Unlock()
 	if drained {
@@ -75,15 +112,14 @@ func (c *clientConn) writeFailed(err error) {
 	c.close(fmt.Errorf("transport: write to %s: %w", c.ep.addr, err))
 }
 
-// close closes the connection once, failing every pending call at once.
+// close closes the connection and fails every pending call at once. Only
+// the first close acts, and its err is kept; later ones do nothing.
 func (c *clientConn) close(err error) {
 	c.mu.Lock()
-	if c.closed {
+	if !c.moveLocked(connClosed) {
 		c.mu.Unlock()
 		return
 	}
-	c.closed = true
-	c.dead.Store(true)
 	c.err = err
 	pend := c.pending
 	c.pending = nil
@@ -111,19 +147,18 @@ func (c *clientConn) closeErr() error {
 }
 
 // register adds a pending call. It fails, with an error wrapping
-// ErrNotSent, when the connection is closed or read-only: checking
-// readOnly under mu, where drainedLocked looks at the table, means no call
-// can join a read-only connection that is about to close itself.
+// ErrNotSent, unless the connection is open.
+// The state is checked under mu, where drainedLocked looks at the table:
+// no call can join a draining connection that is about to close itself.
 func (c *clientConn) register(id uint64, cl *call) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	switch c.load() {
+	case connClosed:
 		return protocol.NotSent(protocol.StatusChannelInactive, "connection closed before sending", c.err)
-	}
-	if c.readOnly.Load() {
+	case connReadOnly:
 		return c.errReadOnly()
-	}
-	if c.retiring.Load() {
+	case connRetiring:
 		return protocol.NotSent(protocol.StatusChannelInactive, "address left the instance list: "+c.ep.addr, nil)
 	}
 	c.pending[id] = cl
@@ -134,33 +169,24 @@ func (c *clientConn) errReadOnly() error {
 	return protocol.NotSent(protocol.StatusChannelInactive, "address is read-only (shutting down): "+c.ep.addr, nil)
 }
 
-// drainedLocked reports, with mu held, whether c got the read-only event,
-// has no call left and is still open. The caller then closes it: that
-// close tells the server nothing more will come on this connection, so
-// the server, which keeps reading until then (answering late requests
-// with status 100), never drops a request it did not answer.
+// drainedLocked reports, with mu held, whether c is draining (retiring or
+// read-only) with no call left. The caller then closes it.
 func (c *clientConn) drainedLocked() bool {
-	return !c.closed && len(c.pending) == 0 && (c.readOnly.Load() || c.retiring.Load())
+	// That close tells a server shutting down that nothing more will
+	// come. It keeps reading until then, answering late requests with
+	// status 100, so it never drops a request it did not answer.
+	s := c.load()
+	return (s == connRetiring || s == connReadOnly) && len(c.pending) == 0
 }
 
 // closeDrained closes c after its last call on a read-only or retiring
 // connection.
 func (c *clientConn) closeDrained() {
 	why := "is shutting down"
-	if !c.readOnly.Load() {
+	if c.load() == connRetiring {
 		why = "left the instance list"
 	}
 	c.close(fmt.Errorf("transport: %s %s; closed the connection after its last call: %w", c.ep.addr, why, ErrClosed))
-}
-
-// closeIfDrained closes c if it is read-only with no call left.
-func (c *clientConn) closeIfDrained() {
-	c.mu.Lock()
-	drained := c.drainedLocked()
-	c.mu.Unlock()
-	if drained {
-		c.closeDrained()
-	}
 }
 
 // maxSkipped is the largest body over MaxBody a reader drops to stay in
@@ -273,8 +299,7 @@ func (c *clientConn) event(m *protocol.Message) {
 		// meanwhile, and a caller refused here finds the address
 		// read-only (Pool.ReadOnly) when it asks why.
 		c.ep.markReadOnly()
-		c.readOnly.Store(true)
-		c.closeIfDrained()
+		c.drain(connReadOnly)
 	}
 }
 

@@ -93,7 +93,7 @@ func (e *endpoint) slowConn(ctx context.Context, i int, start time.Time, budget 
 		e.mu.Unlock()
 		return c, nil
 	}
-	if readOnly && c != nil && !c.dead.Load() {
+	if readOnly && c != nil && !c.isClosed() {
 		// The server is draining this connection: no new calls.
 		e.mu.Unlock()
 		return nil, protocol.NotSent(protocol.StatusChannelInactive, "address is read-only (shutting down): "+e.addr, nil)

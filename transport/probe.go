@@ -27,7 +27,7 @@ func (e *endpoint) probe() {
 		return
 	}
 	for i := range e.slots {
-		if c := e.slots[i].Load(); c != nil && !c.dead.Load() {
+		if c := e.slots[i].Load(); c != nil && !c.isClosed() {
 			return // the old server is still draining it
 		}
 	}
