@@ -43,11 +43,12 @@
 //
 // Graceful shutdown: [Server.Shutdown] stops accepting (serving what is
 // still in the listener's accept queue rather than letting the operating
-// system reset it) and sends the read-only event on every connection. The pool then stops choosing that
-// address ([Pool.ReadOnly]) until a fresh connection to it succeeds (dialed
-// in the background while the address is asked about, once its old
-// connections are closed: a server restarted there is found again), and
-// closes each of its connections there as soon as no call is pending on it.
+// system reset it) and sends the read-only event on every connection.
+// [Pool.ReadOnly] then reports that address until a fresh connection to it
+// succeeds. The pool closes each connection there once no call is pending
+// on it. When all are closed, it probes the address in the background, in
+// the dial backoff, so a server restarted there is found again
+// ([Config.OnBack]).
 // The server lets its handlers finish, then keeps reading until each client
 // has closed, answering any request that still arrives with status 100 (not
 // run: retry elsewhere). So a graceful shutdown never makes a call on an

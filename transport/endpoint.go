@@ -30,11 +30,12 @@ type endpoint struct {
 	slots     []atomic.Pointer[clientConn]
 	pace      *pacer // schedules the large requests; nil: neither bounded nor paced
 
-	mu       sync.Mutex // guards the fields below
-	dial     *dialing   // the dial in flight, if any
-	failures int        // consecutive failed dials
-	retryAt  time.Time  // no dial before this (backoff)
-	lastErr  error      // the last dial error
+	mu       sync.Mutex  // guards the fields below
+	dial     *dialing    // the dial in flight, if any
+	failures int         // consecutive failed dials
+	retryAt  time.Time   // no dial before this (backoff)
+	lastErr  error       // the last dial error
+	reprobe  *time.Timer // runs probe when the backoff ends
 }
 
 // smallInFlight reports whether a call over one of the shared (small
@@ -72,6 +73,9 @@ func (e *endpoint) detach(c *clientConn) {
 		e.slots[i].CompareAndSwap(c, nil)
 	}
 	e.p.forget(c)
+	if e.readOnly.Load() {
+		e.probe() // the old server's connections may all be gone now
+	}
 }
 
 // slowConn finds a connection when slot i holds none usable: it waits for
@@ -196,6 +200,9 @@ func (e *endpoint) dialSlot(i int, d *dialing) {
 
 	if err != nil {
 		e.p.log.Debug("transport: dial failed", "addr", e.addr, "err", err)
+		if e.readOnly.Load() {
+			e.probe() // again once the backoff ends
+		}
 		return
 	}
 	c.start()

@@ -261,18 +261,15 @@ func (p *Pool) Release(resp *protocol.Message) {
 }
 
 // ReadOnly reports whether addr sent the read-only event. It stays true
-// until a fresh connection to addr is dialed successfully. Asking about a
-// read-only address whose old connections are all closed starts such a
-// dial in the background (one at a time, in the usual dial backoff): a
-// balancer that keeps the address among its candidates, as with a static
-// list, finds a server restarted there without sending it any call.
+// until a fresh connection to addr is dialed successfully. It takes no
+// lock and does no I/O, so a balancer may ask it on every pick.
+//
+// The pool probes a read-only address by itself once its old connections
+// are closed, spaced by the dial backoff. So a server restarted there is
+// found without any call sent to it; OnBack reports it.
 func (p *Pool) ReadOnly(addr string) bool {
 	e := (*p.eps.Load())[addr]
-	if e == nil || !e.readOnly.Load() {
-		return false
-	}
-	e.probe()
-	return e.readOnly.Load()
+	return e != nil && e.readOnly.Load()
 }
 
 // Close closes every connection, failing pending calls with status 35, and
@@ -291,6 +288,9 @@ func (p *Pool) Close() error {
 	}
 	p.mu.Unlock()
 	p.cancel()
+	for _, e := range *p.eps.Load() {
+		e.stopProbing()
+	}
 	for _, c := range conns {
 		c.close(ErrClosed)
 	}
@@ -322,6 +322,7 @@ func (p *Pool) Forget(addr string) {
 	p.eps.Store(&m)
 	p.mu.Unlock()
 	e.forgotten.Store(true)
+	e.stopProbing()
 	for i := range e.slots {
 		if c := e.slots[i].Load(); c != nil {
 			c.retire()

@@ -798,19 +798,21 @@ func readOnlyAddr(t *testing.T, p *Pool) (string, net.Listener, net.Conn) {
 	return addr, l, c
 }
 
-// TestReadOnlyProbeFindsRestartedServer: a caller that only asks whether
-// the address is read-only (a balancer that leaves it out meanwhile, and
-// so never sends it a call) sees it come back once a server restarted
-// there; probes of an address that keeps answering read-only are spaced.
+// TestReadOnlyProbeFindsRestartedServer: an address nobody calls (a
+// balancer leaves it out while it is read-only) comes back once a server
+// restarted there: the pool probes it by itself, and OnBack says so.
+// Probes of an address that keeps answering read-only are spaced, however
+// often ReadOnly is asked.
 func TestReadOnlyProbeFindsRestartedServer(t *testing.T) {
-	p := newPool(t, Config{ConnsPerAddr: 1})
+	back := make(chan string, 1)
+	p := newPool(t, Config{ConnsPerAddr: 1, OnBack: func(a string) { back <- a }})
 	addr, l, c := readOnlyAddr(t, p)
 	_ = c.Close()
 
 	// While the old server still accepts and answers every connection
 	// with the read-only event, the address stays read-only and probes
-	// back off: ~300 ms of asking makes a handful of dials (50, 100,
-	// 200 ms apart), not hundreds.
+	// back off: ~300 ms make a handful of dials (50, 100, 200 ms apart),
+	// not hundreds.
 	accepted := make(chan net.Conn, 1000)
 	go func() {
 		for {
@@ -843,12 +845,11 @@ func TestReadOnlyProbeFindsRestartedServer(t *testing.T) {
 		t.Skipf("cannot listen again on %s: %v", addr, err)
 	}
 	startServerOn(t, l2, echo, ServerConfig{})
-	deadline := time.Now().Add(defaultTestTimeout)
-	for p.ReadOnly(addr) {
-		if time.Now().After(deadline) {
-			t.Fatal("the address stayed read-only after a server restarted there, with no call sent to it")
-		}
-		time.Sleep(5 * time.Millisecond) // no hook to await: poll the public API
+	if got := waitFor(t, back, "OnBack, with no call sent and ReadOnly not asked"); got != addr {
+		t.Errorf("OnBack(%q), want %q", got, addr)
+	}
+	if p.ReadOnly(addr) {
+		t.Error("ReadOnly still true after OnBack")
 	}
 	resp, err := p.RoundTrip(testCtx(t), addr, newRequest("again"))
 	if err != nil {
@@ -923,20 +924,15 @@ func TestCloseDuringProbe(t *testing.T) {
 			accepted <- nc // a server that accepts and never answers
 		}
 	}()
-	_ = c.Close()
-	deadline := time.Now().Add(defaultTestTimeout)
-	var probe net.Conn
-	for probe == nil {
-		p.ReadOnly(addr) // starts the probe once the old connection is seen closed
-		select {
-		case probe = <-accepted:
-		case <-time.After(5 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no probe dial came")
-		}
+	_ = c.Close() // the pool probes once it sees the old connection closed
+	probe := waitFor(t, accepted, "the probe dial")
+	if probe == nil {
+		t.Fatal("accept failed")
 	}
 	defer probe.Close()
+	if !p.ReadOnly(addr) {
+		t.Error("ReadOnly = false while the probe waits for its answer")
+	}
 	start := time.Now()
 	if err := p.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -972,7 +968,7 @@ func TestProbeRefusesAStrangeAnswer(t *testing.T) {
 			_, _ = nc.Write(protocol.AppendMessage(nil, &resp))
 		}
 	}()
-	// Ask until a probe was answered and, with backoff, a second began.
+	// Watch until a probe was answered and, with backoff, a second began.
 	deadline := time.Now().Add(defaultTestTimeout)
 	for len(accepted) < 2 {
 		if !p.ReadOnly(addr) {

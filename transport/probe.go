@@ -13,30 +13,49 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
-// probe dials the read-only address in the background when none of its
-// connections is left (the old server closed them, or we did once they
-// drained) and no dial is in flight or backing off. The new connection
-// must answer a heartbeat before it is used and the read-only mark goes:
-// a server still draining answers with the read-only event instead (a
-// failed dial, so the next probe waits out the dial backoff), and one
-// that accepted without serving does not answer at all.
+// probe dials the read-only address in the background, once none of its
+// connections is left and the dial backoff allows. The pool calls it
+// itself: when a connection to the address closes, when a dial to it
+// fails, and when the backoff it armed runs out. So a server restarted
+// there is found with no call sent to it, and asking ReadOnly does no I/O.
 func (e *endpoint) probe() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.readOnly.Load() || e.forgotten.Load() || e.dial != nil || time.Now().Before(e.retryAt) || e.p.ctx.Err() != nil {
-		return
+	if !e.readOnly.Load() || e.forgotten.Load() || e.dial != nil || e.p.ctx.Err() != nil {
+		return // a dial in flight probes again when it fails
 	}
 	for i := range e.slots {
 		if c := e.slots[i].Load(); c != nil && !c.isClosed() {
-			return // the old server is still draining it
+			return // the old server is still draining it; its close probes
 		}
+	}
+	if wait := time.Until(e.retryAt); wait > 0 {
+		if e.reprobe == nil {
+			e.reprobe = time.AfterFunc(wait, e.probe)
+		} else {
+			e.reprobe.Reset(wait)
+		}
+		return
 	}
 	if !e.p.goTracked() {
 		return
 	}
+	// The new connection must answer a heartbeat before it is used and
+	// the mark goes. A server still draining answers with the read-only
+	// event instead: a failed dial, so the next probe waits out the
+	// backoff. One that accepted without serving does not answer at all.
 	d := &dialing{done: make(chan struct{}), probe: true}
 	e.dial = d
 	go e.dialSlot(0, d)
+}
+
+// stopProbing stops the probe armed for later, if any.
+func (e *endpoint) stopProbing() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.reprobe != nil {
+		e.reprobe.Stop()
+	}
 }
 
 // errStillReadOnly is a probe's dial answered with the read-only event.

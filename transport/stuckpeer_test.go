@@ -49,6 +49,13 @@ func TestSmallCallsEndWhenThePeerStopsReading(t *testing.T) {
 	p := newPool(t, Config{ConnsPerAddr: 1})
 	payload := bytes.Repeat([]byte{'s'}, 40<<10) // small, but 200 of them overflow the socket buffers
 	const calls, budget = 200, 200 * time.Millisecond
+	// Connect first, with a one-way request, so the budgets below are not
+	// spent dialing on a busy machine.
+	oneWay := newRequest(string(payload))
+	oneWay.Header.SetFlags(protocol.MakeFlags(protocol.FlagRequest, 22))
+	if _, err := p.RoundTrip(testCtx(t), addr, oneWay); err != nil {
+		t.Fatalf("one-way request to connect: %v", err)
+	}
 	errs := make(chan error, calls)
 	start := time.Now()
 	for range calls {
@@ -70,7 +77,7 @@ func TestSmallCallsEndWhenThePeerStopsReading(t *testing.T) {
 			t.Fatalf("%d of %d calls with a %v budget still blocked after %v", calls-i, calls, budget, time.Since(start))
 		}
 	}
-	readRequests(t, waitFor(t, conns, "the connection"), calls, payload)
+	readRequests(t, waitFor(t, conns, "the connection"), 1+calls, payload)
 }
 
 // TestLargeCallEndsWhenThePeerStopsReading: a large request's write to a
