@@ -185,15 +185,13 @@ func (c *clientConn) abandon(id uint64, cl *call, cancel bool) {
 
 // cancelRemote sends the cancel event for request id, whose caller gave
 // up while the server may still be working on it. It is best effort and
-// never waits on the socket: the frame joins the writer's buffer, and
-// when no other goroutine is flushing, the flush runs on a goroutine of
-// its own (counted by the pool). On a connection that failed it does
-// nothing. closeDrained closes the connection after the frame was written
-// (the last call of a read-only connection); when the socket was full,
-// the close may overtake the frame, which costs nothing: a server cancels
-// the calls still running on a connection that closes.
+// never waits on the socket. On a connection that failed it does nothing.
+// With closeDrained (the last call of a draining connection), the
+// connection closes after the frame was written.
 func (c *clientConn) cancelRemote(id uint64, closeDrained bool) {
 	flush := c.w.queueEvent(eventCancel, id)
+	// The frame joined the writer's buffer. If nobody was flushing, the
+	// flush runs on a goroutine of its own, counted by the pool.
 	if !flush {
 		if closeDrained {
 			c.closeDrained()
@@ -201,6 +199,9 @@ func (c *clientConn) cancelRemote(id uint64, closeDrained bool) {
 		return
 	}
 	finish := func() {
+		// When the socket was full, the close below may overtake the
+		// frame. That costs nothing: a server cancels the calls still
+		// running on a connection that closes.
 		_ = c.w.flush() // a failed write closes the connection itself
 		if closeDrained {
 			c.closeDrained()

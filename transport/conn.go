@@ -194,12 +194,11 @@ func (c *clientConn) closeDrained() {
 // the connection.
 const maxSkipped = 64 << 20
 
-// skipResponse drops the body of a response whose header said it was
-// larger than MaxBody, and fails its call alone with a local 50 (bad
-// response; the server ran the call): the other calls sharing the
-// connection do not suffer for one oversized answer. It reports false
+// skipResponse drops the body of a response over MaxBody. It fails that
+// call alone with a local 50 (bad response; the server ran the call), so
+// the calls sharing the connection do not suffer for it. It reports false
 // when the connection must close: not a response, a claim over
-// maxSkipped, or the body could not be read.
+// maxSkipped, or a body that could not be read.
 func (c *clientConn) skipResponse(br *bufio.Reader, m *protocol.Message, tooLarge error) bool {
 	n := m.Header.BodyLen()
 	if f := m.Header.Flags(); f.IsRequest() || f.IsEvent() || n > maxSkipped {
@@ -294,10 +293,10 @@ func (c *clientConn) event(m *protocol.Message) {
 	case m.IsHeartbeat():
 		_ = c.w.writeEvent(eventHeartbeatResponse, m.Header.ID())
 	case m.IsReadOnly():
-		// Mark the address before this connection refuses calls or
-		// goes, so callers never fall back on its other connections
-		// meanwhile, and a caller refused here finds the address
-		// read-only (Pool.ReadOnly) when it asks why.
+		// Mark the address before this connection refuses calls or goes.
+		// So callers never fall back on its other connections meanwhile.
+		// And a caller refused here finds the address read-only when it
+		// asks why (Pool.ReadOnly).
 		c.ep.markReadOnly()
 		c.drain(connReadOnly)
 	}

@@ -78,9 +78,9 @@ func (e *endpoint) detach(c *clientConn) {
 	}
 }
 
-// slowConn finds a connection when slot i holds none usable: it waits for
-// (or starts) a dial, uses another live slot meanwhile, and fails fast
-// while the address is read-only or in dial backoff.
+// slowConn finds a connection when slot i holds none usable. It waits for
+// a dial, starting it if needed, and uses another live slot meanwhile. It
+// fails fast while the address is read-only or in dial backoff.
 func (e *endpoint) slowConn(ctx context.Context, i int, start time.Time, budget time.Duration) (*clientConn, error) {
 	e.mu.Lock()
 	if e.p.ctx.Err() != nil {

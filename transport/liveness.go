@@ -17,13 +17,11 @@ const (
 	writeStalled                   // one write in progress since the last tick, unacknowledged
 )
 
-// state reports whether one write has been in progress since the previous
-// call without completing and, where the system tells (ackedBytes),
-// without the peer acknowledging any of its bytes (writeStalled), or
-// whether the peer acknowledged bytes of a write in progress
-// (writeMoving): a large frame crossing a slow link is progress, and a
-// sign of life while the peer has nothing to send. It is called from the
-// heartbeat tick only, so the system call costs nothing per frame.
+// state reports what the writer did since the previous call.
+// writeStalled means one write was in progress all along, with none of its
+// bytes acknowledged. writeMoving means the peer acknowledged bytes of a
+// write in progress. It is called from the heartbeat tick only, so its system call
+// costs nothing per frame.
 func (w *frameWriter) state() writeState {
 	w.mu.Lock()
 	flushing := w.flushing
@@ -33,6 +31,12 @@ func (w *frameWriter) state() writeState {
 	if !flushing {
 		return writeQuiet
 	}
+	// On Linux the acknowledgements tell a peer that stopped reading from
+	// a slow link. A large frame crossing a slow link is progress, and a
+	// sign of life while the peer has nothing to send. Elsewhere they
+	// cannot: a write must complete within the stall threshold. A frame the
+	// kernel took whole shows nothing either way; the peer must then
+	// answer a heartbeat within three intervals.
 	acked, ok := ackedBytes(w.nc)
 	switch moved := ok && acked != w.acked.Swap(acked); {
 	case moved:

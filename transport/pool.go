@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,101 +15,19 @@ import (
 )
 
 // ErrNotSent matches every error whose request provably never left this
-// process (no connection, pool closed, address read-only, budget spent
-// before writing): it is safe to retry anywhere. It is
+// process: no connection, pool closed, address read-only, or budget spent
+// before writing. Such a request is safe to retry anywhere. It is
 // [protocol.ErrNotSent].
 var ErrNotSent = protocol.ErrNotSent
 
-// ErrDialBackoff is wrapped by the error of a request
-// refused because its address's last dial failed moments ago and the next
-// is not due yet: nothing touched the network, so it repeats what that
-// dial's failure said and is no new evidence about the address.
+// ErrDialBackoff is wrapped by the error of a request refused because its
+// address's last dial failed moments ago. Nothing touched the network: the
+// error repeats that dial's failure and is no new evidence about the
+// address.
 var ErrDialBackoff = errors.New("transport: dial backoff")
 
 // ErrClosed reports a closed Pool or connection.
 var ErrClosed = errors.New("transport: closed")
-
-// Config configures a Pool. The zero value works.
-type Config struct {
-	// ConnsPerAddr is the number of connections kept to each address;
-	// calls are spread over them round robin. Default 2.
-	ConnsPerAddr int
-	// LargeMessage: a request whose payload is at least this many bytes
-	// goes over a connection of its own to its address (dialed when the
-	// first such request comes), so that a large frame, and its large
-	// response, never sit in front of small calls on one TCP stream.
-	// Default 64 KiB; negative sends every request over the shared
-	// connections.
-	LargeMessage int
-	// LargeInFlight bounds the large requests (see LargeMessage) in flight
-	// to one address at once; the next waits for a slot, and the wait
-	// counts against its budget (a call whose budget or context ends
-	// while it waits fails as not sent). Large requests share one
-	// connection, so a second one in flight gains little on the wire and
-	// mostly adds CPU and memory pressure on both sides: with 16
-	// goroutines making small calls and 2 making 1 MiB calls on one
-	// client (dabbbench), a bound of 1 took the small calls' p99 from
-	// 4.6-4.9 ms to 2.9 ms and their rate from 13k to 24k calls/s, for
-	// 25 % fewer 1 MiB calls/s (780 → 595) at the same 1 MiB p99
-	// (docs/performance.md, finding 5). Default 1;
-	// negative means no bound. The slot is held until the response
-	// arrives, handler time included: large calls whose handlers take a
-	// while (uploads processed before the answer) run one at a time per
-	// address, and a large call made through the same Pool to the same
-	// address while one is waiting for its answer (calls that loop back,
-	// A to B to A to B, with large payloads) waits for it, at most for
-	// its budget. Such clients want a larger bound or none
-	// (proxy.WithTransport).
-	LargeInFlight int
-	// LargeShare is the share of the time large requests to one address
-	// may take while small calls to it are in flight: when a large
-	// request is about to go and a small call to the same address is
-	// waiting for its answer, it first waits until the previous large
-	// request's round trip, d, has been followed by a pause of
-	// d·(1−LargeShare)/LargeShare (with the default, 3·d). Moving a
-	// megabyte keeps both processes busy for a while, and the small calls
-	// that land in that burst queue behind it; spacing the bursts keeps
-	// their tail latency near its value without large calls, as HTTP/2's
-	// flow control does for gRPC. With 16 goroutines making small calls
-	// and 2 making 1 MiB calls on one client (dabbbench), the default
-	// took the small calls' p99 from 5.1-5.5× its value without the
-	// large calls to 2.5-2.8×, and their rate from ~30k to ~70k calls/s,
-	// for 70 % fewer 1 MiB calls/s (700-760 to 200-230; a third gave
-	// 2.6-3.2× at ~290; see docs/performance.md, finding 5). With no
-	// small call in flight large requests are not paced: bulk transfers
-	// alone keep their full rate. A pause lasts 100 ms at most (a large
-	// call that waited for a slow server does not hold the next ones back
-	// for three times as long), and counts against the large call's
-	// budget, like the wait for a LargeInFlight slot. Default 0.25; 1 or
-	// more, or negative, turns pacing off.
-	LargeShare float64
-	// DialTimeout bounds one dial. Default 3s.
-	DialTimeout time.Duration
-	// HeartbeatInterval: a connection that read nothing for this long
-	// sends a heartbeat; one silent for 3 intervals is closed.
-	// Default 60s.
-	HeartbeatInterval time.Duration
-	// MaxBody limits the body of a response: a larger one is read and
-	// dropped and its call alone fails with a local status 50 (bad
-	// response; the server ran it), unless it claims more than 64 MiB,
-	// which closes the connection. It also bounds the payload of a request: a larger one
-	// fails at once, not sent (status 90, wrapping
-	// protocol.ErrBodyTooLarge), as the peer's default limit would refuse
-	// it. Default protocol.DefaultMaxBody.
-	MaxBody uint32
-	// Dial opens a connection. Default: a net.Dialer over TCP.
-	Dial func(ctx context.Context, addr string) (net.Conn, error)
-	// OnReadOnly is called, from a connection's reader goroutine, when
-	// addr sends the read-only event (it is shutting down). It must not
-	// block.
-	OnReadOnly func(addr string)
-	// OnBack is called, from the goroutine that dialed, when an address
-	// that sent the read-only event has a usable connection again: a
-	// server was restarted there. It must not block.
-	OnBack func(addr string)
-	// Logger receives connection events. Nil means slog.Default().
-	Logger *slog.Logger
-}
 
 // Pool keeps multiplexed connections to many addresses and sends requests
 // over them. Create it with NewPool; it is safe for concurrent use.
@@ -133,33 +50,7 @@ type Pool struct {
 // NewPool returns a Pool. It does no I/O: connections are dialed on the
 // first RoundTrip to each address.
 func NewPool(cfg Config) *Pool {
-	if cfg.LargeMessage == 0 {
-		cfg.LargeMessage = 64 << 10
-	}
-	if cfg.ConnsPerAddr <= 0 {
-		cfg.ConnsPerAddr = 2
-	}
-	if cfg.LargeInFlight == 0 {
-		cfg.LargeInFlight = 1
-	}
-	if cfg.LargeShare == 0 {
-		cfg.LargeShare = 0.25
-	}
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 3 * time.Second
-	}
-	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = 60 * time.Second
-	}
-	if cfg.MaxBody == 0 {
-		cfg.MaxBody = protocol.DefaultMaxBody
-	}
-	if cfg.Dial == nil {
-		var d net.Dialer
-		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
-			return d.DialContext(ctx, "tcp", addr)
-		}
-	}
+	cfg = cfg.withDefaults()
 	p := &Pool{cfg: cfg, log: cfg.Logger, conns: make(map[*clientConn]struct{})}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -173,11 +64,11 @@ func NewPool(cfg Config) *Pool {
 // RoundTrip sends req to addr and waits for the response.
 //
 // req.Header's flags (request, two-way, serialization id) are the
-// caller's; RoundTrip sets its id. The wait lasts until the response
-// arrives, ctx is done, or, when req.Timeout > 0, req.Timeout has elapsed
-// since RoundTrip was entered; the budget left when the frame is written is
-// what travels to the server. A one-way request (no FlagTwoWay) returns
-// (nil, nil) once written.
+// caller's; RoundTrip sets its id. The wait ends when the response
+// arrives or ctx is done. With req.Timeout > 0, it also ends once
+// req.Timeout has passed since RoundTrip was entered. The budget left when
+// the frame is written is what travels to the server. A one-way request
+// (no FlagTwoWay) returns (nil, nil) once written.
 //
 // An OK response is returned; call Release when done with it. A non-OK
 // response is released here and its remote *protocol.Error returned. Local
@@ -192,11 +83,11 @@ func NewPool(cfg Config) *Pool {
 //   - 35 without ErrNotSent: the connection broke after the frame was
 //     written; the server may have acted.
 //
-// A call that gives up leaves the pending table at once; its late response
-// is discarded. If its request was written and no response had arrived,
-// the cancel event for it follows on the same connection, so the server
-// cancels the handler's context (best effort: it is queued without
-// waiting for the socket, and skipped when the connection is gone).
+// A call that gives up leaves the pending table at once, and its late
+// response is discarded. If its request was written, the cancel event for
+// it follows on the same connection, and the server cancels the handler's
+// context. That event is best effort: it never waits for the socket, and
+// a connection that is gone carries none.
 func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message) (*protocol.Message, error) {
 	if req == nil {
 		return nil, protocol.NotSent(protocol.StatusClientError, "nil request", nil)
@@ -300,11 +191,11 @@ func (p *Pool) Close() error {
 
 var errPoolClosed = protocol.NotSent(protocol.StatusChannelInactive, "pool closed", ErrClosed)
 
-// Forget drops addr, an address no instance list holds any more (a client
-// whose instances come and go at new addresses would otherwise keep every
-// one it ever called): no new call goes to its connections, each closes
-// after its last call in flight, and a later call to addr starts afresh
-// (a new dial, no backoff or read-only mark).
+// Forget drops addr, an address no instance list holds any more. No new
+// call goes to its connections, and each closes after its last call in
+// flight. A later call to addr starts afresh: a new dial, with no backoff
+// or read-only mark. Without it, a client whose instances come and go at
+// new addresses would keep every one it ever called.
 func (p *Pool) Forget(addr string) {
 	p.mu.Lock()
 	old := *p.eps.Load()

@@ -61,9 +61,9 @@ func (e *endpoint) stopProbing() {
 // errStillReadOnly is a probe's dial answered with the read-only event.
 var errStillReadOnly = errors.New("transport: the address answered with the read-only event")
 
-// verify sends a heartbeat on the freshly dialed nc and reads its answer,
-// within the dial timeout, frame by frame without reading ahead (the
-// connection is handed to its reader afterwards).
+// verify sends a heartbeat on the freshly dialed nc and reads its answer
+// within the dial timeout. It reads no further than that frame: the
+// connection goes to its reader afterwards.
 func (e *endpoint) verify(nc net.Conn) error {
 	_ = nc.SetDeadline(time.Now().Add(e.p.cfg.DialTimeout))
 	defer nc.SetDeadline(time.Time{})

@@ -14,13 +14,11 @@ import (
 )
 
 // writeLarge writes a frame with a large payload straight from m.Payload,
-// without copying it: it waits for its turn as the flusher, writes what is
-// buffered plus the frame's head and payload in one writev, and then goes
-// on flushing what others buffered meanwhile like any flusher. It returns
-// once m.Payload has been written, so the caller may reuse it, or when lim
-// ends first: then what is left of the frame is copied and finished by
-// another goroutine (the connection stays usable). It is called with mu
-// held; it releases mu.
+// without copying it. It waits for its turn as the flusher. Then one
+// writev sends what is buffered, the frame's head and the payload, and it
+// flushes what others buffered meanwhile. It returns once m.Payload has
+// been written, so the caller may reuse it, or when lim ends first. It is
+// called with mu held; it releases mu.
 func (w *frameWriter) writeLarge(m *protocol.Message, lim limit) (queued bool, err error) {
 	if w.flushing && w.err == nil && lim.set() {
 		stop := w.wakeTurnAt(lim)
@@ -52,8 +50,11 @@ func (w *frameWriter) writeLarge(m *protocol.Message, lim limit) (queued bool, e
 	n, err := w.writeBuffers(net.Buffers{b, m.Payload}, lim)
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && exactCounts {
 		if lerr := lim.err(); lerr != nil {
-			// The caller's time is up, mid-frame: the rest of the frame
-			// must still go out, or the stream is broken.
+			// The caller's time is up, mid-frame. The rest of the frame
+			// must still go out, or the stream is broken: it is copied and
+			// finished by another goroutine, and the connection lives on.
+			// Where a cut write's count is not exact (Windows), this branch
+			// is off and the failed write closes the connection.
 			rest := bufpool.Get(len(b) + len(m.Payload) - int(n))
 			rest = append(append(rest[:0], tail(b, n)...), tail(m.Payload, n-int64(len(b)))...)
 			go w.finish(rest, 0)
