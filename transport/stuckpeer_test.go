@@ -74,7 +74,8 @@ func TestSmallCallsEndWhenThePeerStopsReading(t *testing.T) {
 				t.Fatalf("call to a peer that reads nothing = %v, want a local 31 (sent, timed out)", err)
 			}
 		case <-time.After(budget + 2*time.Second): // a bound on each call's time, not a synchronization
-			t.Fatalf("%d of %d calls with a %v budget still blocked after %v", calls-i, calls, budget, time.Since(start))
+			t.Fatalf("%d of %d calls with a %v budget still blocked after %v: a flusher waits on the full socket "+
+				"(rawWriter is there so it hands the rest to finish and returns)", calls-i, calls, budget, time.Since(start))
 		}
 	}
 	readRequests(t, waitFor(t, conns, "the connection"), 1+calls, payload)
