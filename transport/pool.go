@@ -1,4 +1,4 @@
-// The client Pool: its Config, and RoundTrip, Forget and Close over per-address endpoints.
+// The client Pool: RoundTrip, ReadOnly, Forget and Close over per-address endpoints.
 
 package transport
 
