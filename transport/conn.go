@@ -1,8 +1,9 @@
+// One multiplexed client connection: its state, pending table, reader and heartbeats.
+
 package transport
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,39 +15,16 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
-// readBufferSize is the size of each connection's bufio.Reader.
-const readBufferSize = 16 << 10
+// connState is where a clientConn is in its life. It only moves up, and
+// may skip steps: open, retiring, readOnly, closed.
+type connState uint32
 
-// call is one two-way request waiting for its response. Calls are pooled,
-// each with its channel and timer, so a round trip allocates neither.
-type call struct {
-	// ch receives exactly one value per use: the response, or nil when
-	// the connection broke. Capacity 1, so the sender never blocks.
-	ch    chan *protocol.Message
-	timer *time.Timer // the budget timer; stopped when not in use
-	// err, set before a nil is sent on ch, is this call's own failure
-	// (its response could not be read); nil means the connection broke.
-	err error
-}
-
-var callPool = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &call{ch: make(chan *protocol.Message, 1), timer: t}
-}}
-
-// msgPool holds the response messages handed to callers (returned with
-// Pool.Release) and the server's request/response pairs' storage.
-var msgPool = sync.Pool{New: func() any { return new(protocol.Message) }}
-
-func getMessage() *protocol.Message { return msgPool.Get().(*protocol.Message) }
-
-// putMessage pools a message that was read into; a large body buffer goes
-// back to the shared buffer pool (Recycle), not with the message.
-func putMessage(m *protocol.Message) {
-	m.Recycle()
-	msgPool.Put(m)
-}
+const (
+	connOpen     connState = iota // takes new calls
+	connRetiring                  // its address was forgotten: no new calls, closes when drained
+	connReadOnly                  // the peer is shutting down: no new calls, closes when drained
+	connClosed                    // closed for good; err says why
+)
 
 // clientConn is one multiplexed client connection: a pending table keyed
 // by request id, the coalescing writer, one reader goroutine and one
@@ -57,31 +35,53 @@ type clientConn struct {
 	w      frameWriter
 	nextID atomic.Uint64
 	live   liveness
-	// readOnly is set when the peer sent the read-only event: no new
-	// calls go to this connection, pending ones finish, and the
-	// connection closes itself as soon as none is left (see drainedLocked).
-	readOnly atomic.Bool
-	retiring atomic.Bool // the pool forgot its address: no new calls, closes when drained
-	dead     atomic.Bool // closed; mirrors closed for lock-free checks
+	// state holds a connState. It is read without mu and moved under mu
+	// (moveLocked).
+	state atomic.Uint32
+	dead  closedFlag
 
-	mu      sync.Mutex       // guards the fields below
+	mu      sync.Mutex       // guards the fields below and moves of state
 	pending map[uint64]*call // two-way calls waiting for their response
-	closed  bool
-	err     error       // why the connection closed
-	hb      *time.Timer // the heartbeat timer; nil once closed
+	err     error            // why the connection closed: the first cause
+	hb      *time.Timer      // the heartbeat timer; nil once closed
 }
+
+// closedFlag reads a connection's state as a closed flag (c.dead.Load()),
+// for tests written before connState.
+type closedFlag struct{ c *clientConn }
+
+func (f closedFlag) Load() bool { return f.c.isClosed() }
 
 func newClientConn(ep *endpoint, nc net.Conn) *clientConn {
 	c := &clientConn{ep: ep, nc: nc, pending: make(map[uint64]*call)}
+	c.dead.c = c
 	c.w.init(nc, c.writeFailed)
 	return c
+}
+
+// load returns c's state.
+func (c *clientConn) load() connState { return connState(c.state.Load()) }
+
+// isClosed reports whether c is closed.
+func (c *clientConn) isClosed() bool { return c.load() == connClosed }
+
+// moveLocked moves c up to s, with mu held, and reports whether it moved.
+// It is the only place state changes.
+func (c *clientConn) moveLocked(s connState) bool {
+	if s <= c.load() {
+		// A read-only peer outranks a forgotten address, and nothing
+		// leaves closed.
+		return false
+	}
+	c.state.Store(uint32(s))
+	return true
 }
 
 // start launches the reader goroutine and the heartbeat timer. The pool's
 // WaitGroup counts the reader.
 func (c *clientConn) start() {
 	c.mu.Lock()
-	if !c.closed {
+	if !c.isClosed() {
 		c.hb = time.AfterFunc(c.ep.p.cfg.HeartbeatInterval, c.tick)
 	}
 	c.mu.Unlock()
@@ -90,13 +90,17 @@ func (c *clientConn) start() {
 
 // usable reports whether new calls may go to c.
 func (c *clientConn) usable() bool {
-	return c != nil && !c.dead.Load() && !c.readOnly.Load() && !c.retiring.Load()
+	return c != nil && c.load() == connOpen
 }
 
 // retire takes no more calls on c and closes it after its last one.
-func (c *clientConn) retire() {
+func (c *clientConn) retire() { c.drain(connRetiring) }
+
+// drain moves c to s, connRetiring or connReadOnly, and closes it if no
+// call is left.
+func (c *clientConn) drain(s connState) {
 	c.mu.Lock()
-	c.retiring.Store(true) // under mu: register checks it there
+	c.moveLocked(s) // under mu: register checks the state there
 	drained := c.drainedLocked()
 	c.mu.Unlock()
 	if drained {
@@ -108,15 +112,14 @@ func (c *clientConn) writeFailed(err error) {
 	c.close(fmt.Errorf("transport: write to %s: %w", c.ep.addr, err))
 }
 
-// close closes the connection once, failing every pending call at once.
+// close closes the connection and fails every pending call at once. Only
+// the first close acts, and its err is kept; later ones do nothing.
 func (c *clientConn) close(err error) {
 	c.mu.Lock()
-	if c.closed {
+	if !c.moveLocked(connClosed) {
 		c.mu.Unlock()
 		return
 	}
-	c.closed = true
-	c.dead.Store(true)
 	c.err = err
 	pend := c.pending
 	c.pending = nil
@@ -144,19 +147,18 @@ func (c *clientConn) closeErr() error {
 }
 
 // register adds a pending call. It fails, with an error wrapping
-// ErrNotSent, when the connection is closed or read-only: checking
-// readOnly under mu, where drainedLocked looks at the table, means no call
-// can join a read-only connection that is about to close itself.
+// ErrNotSent, unless the connection is open.
+// The state is checked under mu, where drainedLocked looks at the table:
+// no call can join a draining connection that is about to close itself.
 func (c *clientConn) register(id uint64, cl *call) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	switch c.load() {
+	case connClosed:
 		return protocol.NotSent(protocol.StatusChannelInactive, "connection closed before sending", c.err)
-	}
-	if c.readOnly.Load() {
+	case connReadOnly:
 		return c.errReadOnly()
-	}
-	if c.retiring.Load() {
+	case connRetiring:
 		return protocol.NotSent(protocol.StatusChannelInactive, "address left the instance list: "+c.ep.addr, nil)
 	}
 	c.pending[id] = cl
@@ -167,92 +169,24 @@ func (c *clientConn) errReadOnly() error {
 	return protocol.NotSent(protocol.StatusChannelInactive, "address is read-only (shutting down): "+c.ep.addr, nil)
 }
 
-// drainedLocked reports, with mu held, whether c got the read-only event,
-// has no call left and is still open. The caller then closes it: that
-// close tells the server nothing more will come on this connection, so
-// the server, which keeps reading until then (answering late requests
-// with status 100), never drops a request it did not answer.
+// drainedLocked reports, with mu held, whether c is draining (retiring or
+// read-only) with no call left. The caller then closes it.
 func (c *clientConn) drainedLocked() bool {
-	return !c.closed && len(c.pending) == 0 && (c.readOnly.Load() || c.retiring.Load())
+	// That close tells a server shutting down that nothing more will
+	// come. It keeps reading until then, answering late requests with
+	// status 100, so it never drops a request it did not answer.
+	s := c.load()
+	return (s == connRetiring || s == connReadOnly) && len(c.pending) == 0
 }
 
 // closeDrained closes c after its last call on a read-only or retiring
 // connection.
 func (c *clientConn) closeDrained() {
 	why := "is shutting down"
-	if !c.readOnly.Load() {
+	if c.load() == connRetiring {
 		why = "left the instance list"
 	}
 	c.close(fmt.Errorf("transport: %s %s; closed the connection after its last call: %w", c.ep.addr, why, ErrClosed))
-}
-
-// closeIfDrained closes c if it is read-only with no call left.
-func (c *clientConn) closeIfDrained() {
-	c.mu.Lock()
-	drained := c.drainedLocked()
-	c.mu.Unlock()
-	if drained {
-		c.closeDrained()
-	}
-}
-
-// abandon takes a call out of the pending table when its caller stops
-// waiting. If the reader or close got there first, the value they sent is
-// received and dropped, so the call can be reused. With cancel (the
-// request was written), a call still pending when abandoned sends the
-// cancel event, so the server stops working on it.
-func (c *clientConn) abandon(id uint64, cl *call, cancel bool) {
-	c.mu.Lock()
-	if got, ok := c.pending[id]; ok && got == cl {
-		delete(c.pending, id)
-		drained := c.drainedLocked()
-		c.mu.Unlock()
-		switch {
-		case cancel:
-			c.cancelRemote(id, drained)
-		case drained:
-			c.closeDrained()
-		}
-		return
-	}
-	c.mu.Unlock()
-	if m := <-cl.ch; m != nil {
-		putMessage(m)
-	}
-	cl.err = nil
-}
-
-// cancelRemote sends the cancel event for request id, whose caller gave
-// up while the server may still be working on it. It is best effort and
-// never waits on the socket: the frame joins the writer's buffer, and
-// when no other goroutine is flushing, the flush runs on a goroutine of
-// its own (counted by the pool). On a connection that failed it does
-// nothing. closeDrained closes the connection after the frame was written
-// (the last call of a read-only connection); when the socket was full,
-// the close may overtake the frame, which costs nothing: a server cancels
-// the calls still running on a connection that closes.
-func (c *clientConn) cancelRemote(id uint64, closeDrained bool) {
-	flush := c.w.queueEvent(eventCancel, id)
-	if !flush {
-		if closeDrained {
-			c.closeDrained()
-		}
-		return
-	}
-	finish := func() {
-		_ = c.w.flush() // a failed write closes the connection itself
-		if closeDrained {
-			c.closeDrained()
-		}
-	}
-	if !c.ep.p.goTracked() {
-		finish() // the pool is closing; its Close closes c, ending any write
-		return
-	}
-	go func() {
-		defer c.ep.p.wg.Done()
-		finish()
-	}()
 }
 
 // maxSkipped is the largest body over MaxBody a reader drops to stay in
@@ -260,12 +194,11 @@ func (c *clientConn) cancelRemote(id uint64, closeDrained bool) {
 // the connection.
 const maxSkipped = 64 << 20
 
-// skipResponse drops the body of a response whose header said it was
-// larger than MaxBody, and fails its call alone with a local 50 (bad
-// response; the server ran the call): the other calls sharing the
-// connection do not suffer for one oversized answer. It reports false
+// skipResponse drops the body of a response over MaxBody. It fails that
+// call alone with a local 50 (bad response; the server ran the call), so
+// the calls sharing the connection do not suffer for it. It reports false
 // when the connection must close: not a response, a claim over
-// maxSkipped, or the body could not be read.
+// maxSkipped, or a body that could not be read.
 func (c *clientConn) skipResponse(br *bufio.Reader, m *protocol.Message, tooLarge error) bool {
 	n := m.Header.BodyLen()
 	if f := m.Header.Flags(); f.IsRequest() || f.IsEvent() || n > maxSkipped {
@@ -360,13 +293,12 @@ func (c *clientConn) event(m *protocol.Message) {
 	case m.IsHeartbeat():
 		_ = c.w.writeEvent(eventHeartbeatResponse, m.Header.ID())
 	case m.IsReadOnly():
-		// Mark the address before this connection refuses calls or
-		// goes, so callers never fall back on its other connections
-		// meanwhile, and a caller refused here finds the address
-		// read-only (Pool.ReadOnly) when it asks why.
+		// Mark the address before this connection refuses calls or goes.
+		// So callers never fall back on its other connections meanwhile.
+		// And a caller refused here finds the address read-only when it
+		// asks why (Pool.ReadOnly).
 		c.ep.markReadOnly()
-		c.readOnly.Store(true)
-		c.closeIfDrained()
+		c.drain(connReadOnly)
 	}
 }
 
@@ -393,131 +325,3 @@ func (c *clientConn) tick() {
 }
 
 var errPeerSilent = errors.New("transport: peer not responding")
-
-// roundTrip sends req on c and waits. start is when RoundTrip was entered
-// (zero when req.Timeout <= 0).
-func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start time.Time) (*protocol.Message, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, protocol.ContextError(err, false)
-	}
-	var remaining time.Duration
-	if req.Timeout > 0 {
-		remaining = req.Timeout
-		if !start.IsZero() {
-			remaining -= time.Since(start)
-		}
-		if remaining <= 0 {
-			return nil, protocol.NotSent(protocol.StatusClientTimeout, "timeout budget spent before sending", nil)
-		}
-	}
-	id := c.nextID.Add(1)
-	req.Header.SetID(id)
-
-	if !req.Header.Flags().IsTwoWay() {
-		if c.readOnly.Load() {
-			return nil, c.errReadOnly()
-		}
-		queued, err := c.write(ctx, req, remaining)
-		if err != nil {
-			return nil, c.writeError(queued, err)
-		}
-		return nil, nil
-	}
-
-	cl := callPool.Get().(*call)
-	if err := c.register(id, cl); err != nil {
-		callPool.Put(cl)
-		return nil, err
-	}
-	queued, err := c.write(ctx, req, remaining)
-	if err != nil {
-		// A frame cut off by the caller's time is still finished, so the
-		// server will run it: tell it the caller has gone.
-		gaveUp := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
-		c.abandon(id, cl, queued && gaveUp)
-		callPool.Put(cl)
-		return nil, c.writeError(queued, err)
-	}
-
-	var timeout <-chan time.Time
-	if remaining > 0 {
-		cl.timer.Reset(remaining)
-		timeout = cl.timer.C
-	}
-	select {
-	case m := <-cl.ch:
-		if timeout != nil {
-			cl.timer.Stop()
-		}
-		if m == nil {
-			if err := cl.err; err != nil {
-				cl.err = nil
-				callPool.Put(cl)
-				return nil, err
-			}
-			callPool.Put(cl)
-			return nil, &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "connection lost", Err: c.closeErr()}
-		}
-		callPool.Put(cl)
-		if m.Header.Status() != protocol.StatusOK {
-			err := m.Err()
-			putMessage(m)
-			return nil, err
-		}
-		return m, nil
-	case <-ctx.Done():
-		if timeout != nil {
-			cl.timer.Stop()
-		}
-		c.abandon(id, cl, true)
-		callPool.Put(cl)
-		return nil, protocol.ContextError(ctx.Err(), true)
-	case <-timeout:
-		c.abandon(id, cl, true)
-		callPool.Put(cl)
-		return nil, &protocol.Error{Status: protocol.StatusServerTimeout, Msg: "timed out waiting for the response",
-			Err: context.DeadlineExceeded}
-	}
-}
-
-// write writes req; with a budget, the wire carries what is left of it
-// (remaining) rather than req.Timeout, which is left as the caller set it.
-//
-// The write ends with ctx, or when the budget does (a large frame's write
-// may wait for the socket; see writeMessage), with ctx's error or
-// context.DeadlineExceeded.
-func (c *clientConn) write(ctx context.Context, req *protocol.Message, remaining time.Duration) (queued bool, err error) {
-	lim := limit{ctx: ctx}
-	if remaining <= 0 {
-		return c.w.writeMessage(req, lim)
-	}
-	if len(req.Payload) >= largePayload {
-		lim.deadline = time.Now().Add(remaining)
-	}
-	budget := req.Timeout
-	req.Timeout = remaining
-	queued, err = c.w.writeMessage(req, lim)
-	req.Timeout = budget
-	return queued, err
-}
-
-func (c *clientConn) writeError(queued bool, err error) error {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		if !queued { // it waited for its turn to write
-			return protocol.ContextError(err, false)
-		}
-		// Cut off mid-frame: the rest still goes out, so the server may
-		// act on it.
-		if errors.Is(err, context.DeadlineExceeded) {
-			return &protocol.Error{Status: protocol.StatusServerTimeout, Msg: "deadline exceeded while sending", Err: err}
-		}
-		return &protocol.Error{Status: protocol.StatusClientError, Msg: "call cancelled while sending", Err: err}
-	}
-	switch {
-	case errors.Is(err, errBackedUp):
-		return protocol.NotSent(protocol.StatusChannelInactive, c.ep.addr+" is not reading what was sent", err)
-	case !queued:
-		return protocol.NotSent(protocol.StatusChannelInactive, "connection closed before sending", err)
-	}
-	return &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "connection lost while sending", Err: err}
-}

@@ -28,45 +28,46 @@
 //	pool.Release(resp)
 //
 // Each connection has a pending table keyed by request id, one reader
-// goroutine and a coalescing writer: an idle connection writes a frame
-// inline from the calling goroutine; under load the frames that queue up
+// goroutine and a coalescing writer. An idle connection writes a frame
+// inline from the calling goroutine. Under load, the frames that queue up
 // while one write is in the kernel go out together in the next. A frame
 // with a payload of 64 KiB or more is written from the caller's buffer
-// (writev, no copy), and such requests get a connection of their own per
+// (writev, no copy). Such requests get a connection of their own per
 // address ([Config.LargeMessage]). Idle connections exchange Dubbo
-// heartbeats and a peer silent for three intervals is dropped (on Linux, a
-// peer acknowledging a large frame that is still being written is not
-// silent).
+// heartbeats, and a peer silent for three intervals is dropped. On Linux,
+// a peer acknowledging a large frame still being written is not silent.
 //
 // A handler's context answers [Request] with the request it serves, so
 // layers above read attachments without a context value per call.
 //
-// Graceful shutdown: [Server.Shutdown] stops accepting (serving what is
-// still in the listener's accept queue rather than letting the operating
-// system reset it) and sends the read-only event on every connection. The pool then stops choosing that
-// address ([Pool.ReadOnly]) until a fresh connection to it succeeds (dialed
-// in the background while the address is asked about, once its old
-// connections are closed: a server restarted there is found again), and
-// closes each of its connections there as soon as no call is pending on it.
-// The server lets its handlers finish, then keeps reading until each client
-// has closed, answering any request that still arrives with status 100 (not
+// Graceful shutdown: [Server.Shutdown] stops accepting and sends the
+// read-only event on every connection. It still serves what is in the
+// listener's accept queue, rather than letting the operating system reset
+// it. [Pool.ReadOnly] then reports that address until a fresh connection
+// to it succeeds. The pool closes each connection there once no call is
+// pending on it. When all are closed, it probes the address in the
+// background, in the dial backoff, so a server restarted there is found
+// again ([Config.OnBack]).
+//
+// The server lets its handlers finish, then keeps reading until each
+// client has closed. Any request that still arrives gets status 100 (not
 // run: retry elsewhere). So a graceful shutdown never makes a call on an
 // established connection fail with a 35 that says the server may have
 // acted. A peer that ignores the event is closed after
 // [ServerConfig.ShutdownLinger].
 //
-// Cancellation: when a caller gives up on a two-way call whose request was
-// written (its ctx is cancelled, its budget runs out, another attempt won),
-// the client sends the cancel event for that request id on the same
-// connection, without waiting for the socket. The server cancels that
-// handler's ctx (ctx.Err() is context.Canceled: the caller gave up), does
-// not run the handler if it had not started, and does not write its
-// response. A call that got its response, or whose request never left,
-// sends no cancel; a server that does not know the event ignores it.
+// Cancellation: a caller may give up on a two-way call whose request was
+// written: its ctx is cancelled, its budget runs out, or another attempt
+// won. The client then sends the cancel event for that request id on the
+// same connection, without waiting for the socket. The server cancels that
+// handler's ctx, and ctx.Err() is context.Canceled. It does not run the
+// handler if it had not started, and does not write its response. A call
+// that got its response, or whose request never left, sends no cancel. A
+// server that does not know the event ignores it.
 //
-// The server bounds running handlers with [ServerConfig.MaxConcurrent] and
-// answers status 100 at once when full; a request whose budget is spent
-// gets 31 without running, and one whose budget runs out while its handler
-// runs gets no response (its caller has timed out already); a handler
-// panic becomes 70 for that call only.
+// The server bounds running handlers with [ServerConfig.MaxConcurrent],
+// and answers status 100 at once when full. A request whose budget is
+// spent gets 31 without running. One whose budget runs out while its
+// handler runs gets no response: its caller has timed out already. A
+// handler panic becomes 70 for that call only.
 package transport

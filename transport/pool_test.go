@@ -5,9 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -260,273 +261,6 @@ func TestBigPayload(t *testing.T) {
 	})
 }
 
-// blockingServer runs handlers that signal entered and block until release
-// is closed or their ctx is done.
-type blockingServer struct {
-	*testServer
-	entered chan string
-	release chan struct{}
-	ran     atomic.Int32
-}
-
-func startBlockingServer(t *testing.T, cfg ServerConfig) *blockingServer {
-	bs := &blockingServer{entered: make(chan string, 1000), release: make(chan struct{})}
-	bs.testServer = startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
-		bs.ran.Add(1)
-		bs.entered <- string(req.Payload)
-		select {
-		case <-bs.release:
-		case <-ctx.Done():
-		}
-		resp.Payload = append(resp.Payload[:0], req.Payload...)
-	}), cfg)
-	return bs
-}
-
-func TestTimeoutAfterSend(t *testing.T) {
-	bs := startBlockingServer(t, ServerConfig{})
-	p := newPool(t, Config{ConnsPerAddr: 1})
-	req := newRequest("slow")
-	req.Timeout = 50 * time.Millisecond
-	start := time.Now()
-	_, err := p.RoundTrip(testCtx(t), bs.addr, req)
-	elapsed := time.Since(start)
-	pe := wantStatus(t, err, protocol.StatusServerTimeout, false, false)
-	if !errors.Is(err, protocol.ErrTimeout) {
-		t.Errorf("errors.Is(err, protocol.ErrTimeout) = false for %v", pe)
-	}
-	if elapsed < 50*time.Millisecond {
-		t.Errorf("returned after %v, before the 50ms budget", elapsed)
-	}
-	if n := p.pendingLen(bs.addr); n != 0 {
-		t.Fatalf("pending table holds %d calls after the timeout, want 0", n)
-	}
-	if req.Timeout != 50*time.Millisecond {
-		t.Errorf("RoundTrip changed req.Timeout to %v", req.Timeout)
-	}
-
-	// The handler was cancelled (the client's cancel event or its own
-	// budget, whichever came first); if it answered anyway, the late
-	// response is discarded. Either way the connection keeps working.
-	// (TestClientSendsCancel forces a late response.)
-	waitFor(t, bs.entered, "the handler")
-	close(bs.release)
-	ctx := testCtx(t)
-	for i := range 20 {
-		want := fmt.Sprintf("after-%d", i)
-		resp, err := p.RoundTrip(ctx, bs.addr, newRequest(want))
-		if err != nil {
-			t.Fatalf("call after a late response: %v", err)
-		}
-		if got := string(resp.Payload); got != want {
-			t.Fatalf("got %q, want %q (a late response leaked to another call?)", got, want)
-		}
-		p.Release(resp)
-		<-bs.entered
-	}
-	if n := p.pendingLen(bs.addr); n != 0 {
-		t.Errorf("pending table holds %d calls, want 0", n)
-	}
-}
-
-func TestContextErrors(t *testing.T) {
-	bs := startBlockingServer(t, ServerConfig{})
-	p := newPool(t, Config{ConnsPerAddr: 1})
-	defer close(bs.release)
-	// Connect first, so the cases below measure the call, not the dial.
-	warm, cancelWarm := context.WithCancel(testCtx(t))
-	cancelWarm()
-	_, _ = p.RoundTrip(warm, bs.addr, newRequest("warm"))
-
-	t.Run("cancelled while waiting", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(testCtx(t))
-		go func() {
-			<-bs.entered
-			cancel()
-		}()
-		_, err := p.RoundTrip(ctx, bs.addr, newRequest("cancel me"))
-		wantStatus(t, err, protocol.StatusClientError, false, false)
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("err = %v, want it to wrap context.Canceled", err)
-		}
-		if n := p.pendingLen(bs.addr); n != 0 {
-			t.Errorf("pending table holds %d calls after cancel", n)
-		}
-	})
-	t.Run("cancelled before sending", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(testCtx(t))
-		cancel()
-		before := bs.ran.Load()
-		_, err := p.RoundTrip(ctx, bs.addr, newRequest("never"))
-		wantStatus(t, err, protocol.StatusClientError, false, true)
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("err = %v, want it to wrap context.Canceled", err)
-		}
-		if bs.ran.Load() != before {
-			t.Errorf("the handler ran for a request that was never sent")
-		}
-	})
-	t.Run("deadline before sending", func(t *testing.T) {
-		ctx, cancel := context.WithDeadline(testCtx(t), time.Now().Add(-time.Second))
-		defer cancel()
-		_, err := p.RoundTrip(ctx, bs.addr, newRequest("never"))
-		wantStatus(t, err, protocol.StatusClientTimeout, false, true)
-	})
-	t.Run("deadline after sending", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
-		defer cancel()
-		_, err := p.RoundTrip(ctx, bs.addr, newRequest("too slow"))
-		wantStatus(t, err, protocol.StatusServerTimeout, false, false)
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("err = %v, want it to wrap context.DeadlineExceeded", err)
-		}
-		<-bs.entered
-	})
-}
-
-func TestConnectionLost(t *testing.T) {
-	l := listen(t)
-	addr := l.Addr().String()
-	bs := &blockingServer{entered: make(chan string, 100), release: make(chan struct{})}
-	bs.testServer = startServerOn(t, l, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
-		bs.entered <- string(req.Payload)
-		<-ctx.Done()
-	}), ServerConfig{})
-	p := newPool(t, Config{})
-
-	const calls = 8
-	errs := make(chan error, calls)
-	for i := range calls {
-		go func() {
-			req := newRequest(fmt.Sprint(i))
-			req.Timeout = time.Minute // must fail long before this
-			_, err := p.RoundTrip(context.Background(), addr, req)
-			errs <- err
-		}()
-	}
-	for range calls {
-		waitFor(t, bs.entered, "the handlers")
-	}
-	killed := time.Now()
-	if err := bs.srv.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	for range calls {
-		err := waitFor(t, errs, "a pending call to fail")
-		wantStatus(t, err, protocol.StatusChannelInactive, false, false)
-	}
-	if d := time.Since(killed); d > 5*time.Second {
-		t.Errorf("pending calls failed %v after the server died", d)
-	}
-	if n := p.pendingLen(addr); n != 0 {
-		t.Errorf("pending table holds %d calls", n)
-	}
-	// Close does not wait for the server's goroutines: an idle
-	// connection's closing may reach the pool's reader later than the
-	// calls' failures; a call on it then would fail as well.
-	waitNoConns(t, p, "the pool to see every connection closed")
-
-	// The server comes back on the same address: the next call redials.
-	l2, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("listen again on %s: %v", addr, err)
-	}
-	startServerOn(t, l2, echo, ServerConfig{})
-	resp, err := p.RoundTrip(testCtx(t), addr, newRequest("back"))
-	if err != nil {
-		t.Fatalf("RoundTrip after the server came back: %v", err)
-	}
-	if string(resp.Payload) != "back" {
-		t.Errorf("payload = %q", resp.Payload)
-	}
-	p.Release(resp)
-}
-
-// countingDial counts dials and records their results.
-type countingDial struct {
-	n atomic.Int32
-}
-
-func (d *countingDial) dial(ctx context.Context, addr string) (net.Conn, error) {
-	d.n.Add(1)
-	var nd net.Dialer
-	return nd.DialContext(ctx, "tcp", addr)
-}
-
-func TestDialFailureAndBackoff(t *testing.T) {
-	l := listen(t)
-	addr := l.Addr().String()
-	_ = l.Close() // nothing listens there now
-	var d countingDial
-	p := newPool(t, Config{Dial: d.dial})
-
-	_, err := p.RoundTrip(testCtx(t), addr, newRequest("x"))
-	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
-	if !errors.Is(err, protocol.ErrUnavailable) {
-		t.Errorf("errors.Is(err, protocol.ErrUnavailable) = false for %v", err)
-	}
-	if d.n.Load() != 1 {
-		t.Fatalf("%d dials, want 1", d.n.Load())
-	}
-	// In backoff: fail fast without dialing.
-	start := time.Now()
-	_, err = p.RoundTrip(testCtx(t), addr, newRequest("x"))
-	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
-	if got := d.n.Load(); got != 1 {
-		t.Fatalf("%d dials during backoff, want still 1", got)
-	}
-	if time.Since(start) > time.Second {
-		t.Errorf("a call in backoff took %v; it should fail fast", time.Since(start))
-	}
-
-	// Once the backoff delay has passed, the next call dials again; the
-	// delay doubles after each failure.
-	deadline := time.Now().Add(defaultTestTimeout)
-	for d.n.Load() < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // waiting out the backoff is what is tested
-		_, _ = p.RoundTrip(testCtx(t), addr, newRequest("x"))
-	}
-	if time.Since(start) < backoffMin-10*time.Millisecond {
-		t.Errorf("redialed after %v, before the %v backoff", time.Since(start), backoffMin)
-	}
-	if got := d.n.Load(); got != 2 {
-		t.Fatalf("%d dials after the backoff, want 2", got)
-	}
-
-	// The address comes back: a successful dial resets the backoff.
-	serveAgain(t, p, addr, 20*time.Millisecond) // waiting out the backoff
-}
-
-func TestSharedFirstDial(t *testing.T) {
-	ts := startServer(t, echo, ServerConfig{})
-	var d countingDial
-	p := newPool(t, Config{ConnsPerAddr: 1, Dial: d.dial})
-	const callers = 32
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	errs := make(chan error, callers)
-	for range callers {
-		wg.Go(func() {
-			<-start
-			resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("first"))
-			if err != nil {
-				errs <- err
-				return
-			}
-			p.Release(resp)
-		})
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Errorf("RoundTrip: %v", err)
-	}
-	if got := d.n.Load(); got != 1 {
-		t.Errorf("%d dials for %d concurrent first calls, want 1", got, callers)
-	}
-}
-
 func TestPoolClose(t *testing.T) {
 	bs := startBlockingServer(t, ServerConfig{})
 	defer close(bs.release)
@@ -554,146 +288,6 @@ func TestPoolClose(t *testing.T) {
 	}
 }
 
-// rawServer accepts connections and hands them to the test, reading
-// nothing from them itself (a peer that stopped reading, until the test
-// reads); those the test leaves are closed when it ends.
-func rawServer(t *testing.T) (addr string, conns <-chan net.Conn) {
-	t.Helper()
-	l := listen(t)
-	ch := make(chan net.Conn, 8)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			ch <- c
-		}
-	})
-	t.Cleanup(func() {
-		_ = l.Close()
-		wg.Wait()
-		for {
-			select {
-			case c := <-ch:
-				_ = c.Close()
-			default:
-				return
-			}
-		}
-	})
-	return l.Addr().String(), ch
-}
-
-func TestSilentServerClosed(t *testing.T) {
-	addr, conns := rawServer(t)
-	const interval = 50 * time.Millisecond
-	p := newPool(t, Config{HeartbeatInterval: interval})
-
-	errc := make(chan error, 1)
-	start := time.Now()
-	go func() {
-		_, err := p.RoundTrip(context.Background(), addr, newRequest("nobody answers"))
-		errc <- err
-	}()
-	c := waitFor(t, conns, "the connection")
-	defer c.Close()
-	// Read (and never answer) everything the client sends.
-	read := make(chan []byte, 1)
-	go func() {
-		b, _ := io.ReadAll(c)
-		read <- b
-	}()
-
-	err := waitFor(t, errc, "the client to give up on the silent server")
-	elapsed := time.Since(start)
-	wantStatus(t, err, protocol.StatusChannelInactive, false, false)
-	if elapsed < 2*interval {
-		t.Errorf("closed after %v, before 3 silent intervals of %v", elapsed, interval)
-	}
-	got := waitFor(t, read, "the client to close its side")
-	if !bytes.Contains(got, []byte{0xda, 0xbb, 0xe2, 0x00}) {
-		t.Errorf("the client sent no heartbeat before closing; it sent % x", got)
-	}
-}
-
-func TestClientAnswersHeartbeats(t *testing.T) {
-	const interval = 20 * time.Millisecond
-	ts := startServer(t, echo, ServerConfig{HeartbeatInterval: interval})
-	var d countingDial
-	p := newPool(t, Config{ConnsPerAddr: 1, Dial: d.dial, HeartbeatInterval: time.Hour})
-	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("a"))
-	if err != nil {
-		t.Fatalf("RoundTrip: %v", err)
-	}
-	p.Release(resp)
-	// Idle for many server intervals: the server's heartbeats are
-	// answered, so it keeps the connection.
-	time.Sleep(10 * interval) // the idle period is what is tested
-	resp, err = p.RoundTrip(testCtx(t), ts.addr, newRequest("b"))
-	if err != nil {
-		t.Fatalf("RoundTrip after idling: %v", err)
-	}
-	p.Release(resp)
-	if got := d.n.Load(); got != 1 {
-		t.Errorf("%d dials: the idle connection was dropped", got)
-	}
-}
-
-func TestReadOnlyFromRawServer(t *testing.T) {
-	addr, conns := rawServer(t)
-	var fired atomic.Int32
-	readOnly := make(chan string, 4)
-	p := newPool(t, Config{ConnsPerAddr: 1, OnReadOnly: func(a string) {
-		fired.Add(1)
-		readOnly <- a
-	}})
-	errc := make(chan error, 1)
-	go func() {
-		resp, err := p.RoundTrip(context.Background(), addr, newRequest("pending"))
-		if err == nil {
-			p.Release(resp)
-		}
-		errc <- err
-	}()
-	c := waitFor(t, conns, "the connection")
-	defer c.Close()
-	var req protocol.Message
-	rd := protocol.NewReader(bufioReader(c), 0)
-	if err := rd.Read(&req); err != nil {
-		t.Fatalf("read the request: %v", err)
-	}
-	// Send read-only twice: OnReadOnly fires once.
-	ev := protocol.AppendReadOnly(nil, 1)
-	ev = protocol.AppendReadOnly(ev, 2)
-	if _, err := c.Write(ev); err != nil {
-		t.Fatalf("write read-only: %v", err)
-	}
-	if got := waitFor(t, readOnly, "OnReadOnly"); got != addr {
-		t.Errorf("OnReadOnly(%q), want %q", got, addr)
-	}
-	if !p.ReadOnly(addr) {
-		t.Errorf("ReadOnly(%s) = false after the event", addr)
-	}
-	_, err := p.RoundTrip(testCtx(t), addr, newRequest("new call"))
-	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
-
-	// The pending call still gets its answer on the draining connection.
-	var resp protocol.Message
-	resp.Header.Init(protocol.MakeFlags(0, 22), protocol.StatusOK, req.Header.ID())
-	resp.Payload = []byte("late but fine")
-	if _, err := c.Write(protocol.AppendMessage(nil, &resp)); err != nil {
-		t.Fatalf("write response: %v", err)
-	}
-	if err := waitFor(t, errc, "the pending call"); err != nil {
-		t.Errorf("pending call on a read-only connection: %v", err)
-	}
-	if n := fired.Load(); n != 1 {
-		t.Errorf("OnReadOnly fired %d times, want 1", n)
-	}
-}
-
 func TestBadRequests(t *testing.T) {
 	ts := startServer(t, echo, ServerConfig{})
 	p := newPool(t, Config{})
@@ -714,281 +308,6 @@ func TestBadRequests(t *testing.T) {
 			_, err := p.RoundTrip(testCtx(t), ts.addr, tc.req)
 			wantStatus(t, err, protocol.StatusClientError, false, true)
 		})
-	}
-}
-
-func TestNilHandler(t *testing.T) {
-	ts := startServer(t, nil, ServerConfig{})
-	p := newPool(t, Config{})
-	_, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("x"))
-	wantStatus(t, err, protocol.StatusServiceNotFound, true, false)
-}
-
-func TestReadOnlyClearedByFreshDial(t *testing.T) {
-	p := newPool(t, Config{ConnsPerAddr: 1})
-	addr, l, c := readOnlyAddr(t, p)
-	// The old server goes away and a new one takes the address.
-	_ = c.Close()
-	_ = l.Close()
-	serveAgain(t, p, addr, 5*time.Millisecond) // until the old connection is seen closed
-	if p.ReadOnly(addr) {
-		t.Errorf("ReadOnly still true after a fresh connection")
-	}
-}
-
-// serveAgain starts a server on addr, whose old one went away, and makes
-// calls through p, pace apart, until one succeeds; they may fail only as
-// not sent meanwhile.
-func serveAgain(t *testing.T, p *Pool, addr string, pace time.Duration) {
-	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("cannot listen again on %s: %v", addr, err)
-	}
-	startServerOn(t, l, echo, ServerConfig{})
-	deadline := time.Now().Add(defaultTestTimeout)
-	for {
-		resp, err := p.RoundTrip(testCtx(t), addr, newRequest("again"))
-		if err == nil {
-			p.Release(resp)
-			return
-		}
-		if !errors.Is(err, ErrNotSent) || time.Now().After(deadline) {
-			t.Fatalf("RoundTrip once %s is back: %v", addr, err)
-		}
-		time.Sleep(pace)
-	}
-}
-
-// readOnlyAddr connects p to a fresh listener and has the server's end of
-// the connection send the read-only event; it returns once p.ReadOnly
-// reports it, with the listener and the server's end.
-func readOnlyAddr(t *testing.T, p *Pool) (string, net.Listener, net.Conn) {
-	t.Helper()
-	l := listen(t)
-	addr := l.Addr().String()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := l.Accept()
-		if err == nil {
-			accepted <- c
-		}
-		close(accepted)
-	}()
-	// Connect, with a call whose ctx is cancelled as soon as it is sent.
-	ctx, cancel := context.WithCancel(testCtx(t))
-	go func() {
-		_, _ = p.RoundTrip(ctx, addr, newRequest("connect"))
-	}()
-	c := waitFor(t, accepted, "the connection")
-	if c == nil {
-		t.Fatal("accept failed")
-	}
-	cancel()
-	if _, err := c.Write(protocol.AppendReadOnly(nil, 1)); err != nil {
-		t.Fatalf("write read-only: %v", err)
-	}
-	deadline := time.Now().Add(defaultTestTimeout)
-	for !p.ReadOnly(addr) {
-		if time.Now().After(deadline) {
-			t.Fatal("ReadOnly never became true")
-		}
-		time.Sleep(time.Millisecond) // no hook to await: poll the public API
-	}
-	return addr, l, c
-}
-
-// TestReadOnlyProbeFindsRestartedServer: a caller that only asks whether
-// the address is read-only (a balancer that leaves it out meanwhile, and
-// so never sends it a call) sees it come back once a server restarted
-// there; probes of an address that keeps answering read-only are spaced.
-func TestReadOnlyProbeFindsRestartedServer(t *testing.T) {
-	p := newPool(t, Config{ConnsPerAddr: 1})
-	addr, l, c := readOnlyAddr(t, p)
-	_ = c.Close()
-
-	// While the old server still accepts and answers every connection
-	// with the read-only event, the address stays read-only and probes
-	// back off: ~300 ms of asking makes a handful of dials (50, 100,
-	// 200 ms apart), not hundreds.
-	accepted := make(chan net.Conn, 1000)
-	go func() {
-		for {
-			nc, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- nc // closed below: the old server keeps them open
-			_, _ = nc.Write(protocol.AppendReadOnly(nil, 1))
-		}
-	}()
-	defer func() {
-		for len(accepted) > 0 {
-			(<-accepted).Close()
-		}
-	}()
-	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
-		if !p.ReadOnly(addr) {
-			t.Fatal("a probe answered with the read-only event cleared the mark")
-		}
-		time.Sleep(100 * time.Microsecond) // a balancer asking at its call rate
-	}
-	if n := len(accepted); n < 1 || n > 6 {
-		t.Errorf("%d probe dials in 300 ms while the server answered read-only; want 1 to 6", n)
-	}
-
-	_ = l.Close()
-	l2, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("cannot listen again on %s: %v", addr, err)
-	}
-	startServerOn(t, l2, echo, ServerConfig{})
-	deadline := time.Now().Add(defaultTestTimeout)
-	for p.ReadOnly(addr) {
-		if time.Now().After(deadline) {
-			t.Fatal("the address stayed read-only after a server restarted there, with no call sent to it")
-		}
-		time.Sleep(5 * time.Millisecond) // no hook to await: poll the public API
-	}
-	resp, err := p.RoundTrip(testCtx(t), addr, newRequest("again"))
-	if err != nil {
-		t.Fatalf("RoundTrip to the restarted address: %v", err)
-	}
-	p.Release(resp)
-}
-
-// Calls with different budgets on one connection each time out on their
-// own budget, whatever order they were made in: the connection's one
-// deadline sweeper is armed for the earliest, re-armed earlier when a
-// shorter budget arrives, and re-armed for the next after each run. A call
-// that answers in time is untouched.
-func TestTimeoutsOfDifferentBudgets(t *testing.T) {
-	bs := startBlockingServer(t, ServerConfig{})
-	p := newPool(t, Config{ConnsPerAddr: 1})
-	ctx := testCtx(t)
-	budgets := []time.Duration{120 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond, 20 * time.Millisecond}
-	type result struct {
-		budget  time.Duration
-		elapsed time.Duration
-		err     error
-	}
-	results := make(chan result, len(budgets))
-	for _, b := range budgets {
-		req := newRequest(b.String())
-		req.Timeout = b
-		go func() {
-			start := time.Now()
-			_, err := p.RoundTrip(ctx, bs.addr, req)
-			results <- result{b, time.Since(start), err}
-		}()
-		waitFor(t, bs.entered, "the handler of the "+b.String()+" call")
-	}
-	for range budgets {
-		r := waitFor(t, results, "a timed-out call")
-		wantStatus(t, r.err, protocol.StatusServerTimeout, false, false)
-		if r.elapsed < r.budget {
-			t.Errorf("the %v call timed out after %v, before its budget", r.budget, r.elapsed)
-		}
-		if r.elapsed > r.budget+time.Second {
-			t.Errorf("the %v call timed out after %v, long after its budget", r.budget, r.elapsed)
-		}
-	}
-	if n := p.pendingLen(bs.addr); n != 0 {
-		t.Fatalf("pending table holds %d calls after the timeouts, want 0", n)
-	}
-	// A call with a budget that is answered in time is not timed out.
-	close(bs.release)
-	req := newRequest("in time")
-	req.Timeout = 5 * time.Second
-	resp, err := p.RoundTrip(ctx, bs.addr, req)
-	if err != nil {
-		t.Fatalf("call answered in time: %v", err)
-	}
-	p.Release(resp)
-}
-
-// TestCloseDuringProbe: a probe waiting for a heartbeat answer that never
-// comes does not hold Pool.Close for the dial timeout.
-func TestCloseDuringProbe(t *testing.T) {
-	p := NewPool(Config{ConnsPerAddr: 1, DialTimeout: time.Minute, Logger: quietLogger()})
-	addr, l, c := readOnlyAddr(t, p)
-	accepted := make(chan net.Conn, 4)
-	go func() {
-		for {
-			nc, err := l.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- nc // a server that accepts and never answers
-		}
-	}()
-	_ = c.Close()
-	deadline := time.Now().Add(defaultTestTimeout)
-	var probe net.Conn
-	for probe == nil {
-		p.ReadOnly(addr) // starts the probe once the old connection is seen closed
-		select {
-		case probe = <-accepted:
-		case <-time.After(5 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no probe dial came")
-		}
-	}
-	defer probe.Close()
-	start := time.Now()
-	if err := p.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Close took %v with a probe waiting for its heartbeat answer", d)
-	}
-	_ = l.Close()
-	for nc := range accepted {
-		nc.Close()
-	}
-}
-
-// TestProbeRefusesAStrangeAnswer: a probe whose heartbeat is answered by
-// something else than a heartbeat response (here a call's response, from
-// a server speaking the protocol wrongly) does not clear the read-only
-// mark.
-func TestProbeRefusesAStrangeAnswer(t *testing.T) {
-	p := newPool(t, Config{ConnsPerAddr: 1})
-	addr, l, c := readOnlyAddr(t, p)
-	_ = c.Close()
-	accepted := make(chan net.Conn, 100)
-	go func() {
-		for {
-			nc, err := l.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- nc
-			var resp protocol.Message
-			resp.Header.Init(protocol.MakeFlags(0, 22), protocol.StatusOK, 1)
-			_, _ = nc.Write(protocol.AppendMessage(nil, &resp))
-		}
-	}()
-	// Ask until a probe was answered and, with backoff, a second began.
-	deadline := time.Now().Add(defaultTestTimeout)
-	for len(accepted) < 2 {
-		if !p.ReadOnly(addr) {
-			t.Fatal("a probe answered with a call's response cleared the read-only mark")
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no second probe came")
-		}
-		time.Sleep(time.Millisecond) // a balancer asking at its call rate
-	}
-	if !p.ReadOnly(addr) {
-		t.Fatal("a probe answered with a call's response cleared the read-only mark")
-	}
-	_ = l.Close()
-	for nc := range accepted {
-		nc.Close()
 	}
 }
 
@@ -1039,4 +358,222 @@ func waitNoConns(t *testing.T, p *Pool, what string) {
 		defer p.mu.Unlock()
 		return len(p.conns) == 0
 	})
+}
+
+// TestLargeRequestsUseTheirOwnConnection: a request at or over
+// LargeMessage goes over a connection of its own, so it never queues in
+// front of small calls; with LargeMessage negative it shares theirs.
+func TestLargeRequestsUseTheirOwnConnection(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		large int
+		want  int64 // connections accepted in the end
+	}{
+		{"own connection", 1 << 10, 3},
+		{"shared", -1, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := &acceptCounter{Listener: listen(t)}
+			ts := startServerOn(t, l, echo, ServerConfig{})
+			p := newPool(t, Config{ConnsPerAddr: 2, LargeMessage: tt.large})
+			ctx := testCtx(t)
+			for range 4 { // both shared connections get dialed
+				resp, err := p.RoundTrip(ctx, ts.addr, newRequest("small"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Release(resp)
+			}
+			big := strings.Repeat("x", 2<<10)
+			large := func() {
+				resp, err := p.RoundTrip(ctx, ts.addr, newRequest(big))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(resp.Payload) != big {
+					t.Fatalf("large echo came back with %d bytes", len(resp.Payload))
+				}
+				p.Release(resp)
+			}
+			// One dial per address is in flight at a time, and a call
+			// uses another live connection meanwhile: keep calling until
+			// the dials are done, bounded by the test's timeout.
+			for range 3 {
+				large()
+			}
+			for l.accepted.Load() < tt.want && ctx.Err() == nil {
+				large()
+				time.Sleep(time.Millisecond)
+			}
+			for range 20 { // more of both: no further connection
+				large()
+				resp, err := p.RoundTrip(ctx, ts.addr, newRequest("small"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Release(resp)
+			}
+			if got := l.accepted.Load(); got != tt.want {
+				t.Fatalf("server accepted %d connections, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func manyAttachments(n int) map[string]string {
+	m := make(map[string]string, n)
+	for i := range n {
+		m["k"+strconv.Itoa(i)] = "v"
+	}
+	return m
+}
+
+// TestAttachmentLimit: neither side sends a frame with more attachments
+// than a receiver accepts (protocol.MaxAttachments). A request over it
+// fails locally, not sent; a handler's response over it is answered with
+// 50 instead, and the connection, with the calls sharing it, lives on.
+func TestAttachmentLimit(t *testing.T) {
+	l := &acceptCounter{Listener: listen(t)}
+	ts := startServerOn(t, l, HandlerFunc(func(_ context.Context, req, resp *protocol.Message) {
+		if string(req.Payload) == "flood" {
+			resp.Attachments = manyAttachments(protocol.MaxAttachments + 1)
+		}
+		resp.Payload = append(resp.Payload[:0], req.Payload...)
+	}), ServerConfig{})
+	p := newPool(t, Config{ConnsPerAddr: 1})
+
+	req := newRequest("x")
+	req.Attachments = manyAttachments(protocol.MaxAttachments + 1)
+	_, err := p.RoundTrip(testCtx(t), ts.addr, req)
+	var pe *protocol.Error
+	if !errors.Is(err, ErrNotSent) || !errors.Is(err, protocol.ErrTooManyAttachments) ||
+		!errors.As(err, &pe) || pe.Status != protocol.StatusClientError || pe.Remote {
+		t.Errorf("a request with %d attachments = %v; want a local 90, not sent, wrapping ErrTooManyAttachments",
+			protocol.MaxAttachments+1, err)
+	}
+	req.Attachments = manyAttachments(protocol.MaxAttachments)
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, req)
+	if err != nil {
+		t.Fatalf("a request with %d attachments: %v", protocol.MaxAttachments, err)
+	}
+	p.Release(resp)
+
+	_, err = p.RoundTrip(testCtx(t), ts.addr, newRequest("flood"))
+	if !errors.As(err, &pe) || pe.Status != protocol.StatusBadResponse || !pe.Remote {
+		t.Fatalf("a call whose handler answered %d attachments = %v; want a remote 50", protocol.MaxAttachments+1, err)
+	}
+	resp, err = p.RoundTrip(testCtx(t), ts.addr, newRequest("after"))
+	if err != nil {
+		t.Fatalf("the call after it: %v", err)
+	}
+	p.Release(resp)
+	if n := l.accepted.Load(); n != 1 {
+		t.Errorf("the server accepted %d connections; want the one to live on", n)
+	}
+}
+
+// BenchmarkRoundTrip measures one round trip over loopback, client and
+// server together (both run in this process, so allocs/op counts both).
+// Besides ns/op it reports writes/op, the write system calls of both sides
+// per round trip (2 when nothing coalesces; Linux only, from /proc/self/io,
+// so the runtime's own wake-up writes count too), and cpu-ns/op, the
+// process's CPU time per round trip, which a busy machine disturbs less than
+// wall time. The connections are plain TCP ones, so the writer takes the
+// path it takes in production (see rawWriter.init).
+func BenchmarkRoundTrip(b *testing.B) {
+	handler := HandlerFunc(func(_ context.Context, req, resp *protocol.Message) {
+		resp.Payload = req.Payload
+	})
+	payload := make([]byte, 64)
+	for _, bc := range []struct {
+		name    string
+		par     int // goroutines; 1 runs serially
+		timeout bool
+	}{
+		{"p1", 1, false},
+		{"p1-budget", 1, true},
+		{"p64", 64, false},
+		{"p64-budget", 64, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ts := startServerOn(b, listen(b), handler, ServerConfig{})
+			p := newPool(b, Config{})
+			ctx := context.Background()
+			newReq := func() *protocol.Message {
+				req := &protocol.Message{Service: "bench.Echo", Method: "Echo", Payload: payload}
+				req.Header.SetFlags(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, 22))
+				if bc.timeout {
+					req.Timeout = defaultTestTimeout
+				}
+				return req
+			}
+			// Warm up both connections of the pool.
+			for range 4 {
+				warm, err := p.RoundTrip(ctx, ts.addr, newReq())
+				if err != nil {
+					b.Fatalf("warm-up: %v", err)
+				}
+				p.Release(warm)
+			}
+			b.ReportAllocs()
+			writes0, counted := writeSyscalls()
+			cpu0 := cpuTime()
+			b.ResetTimer()
+			if bc.par == 1 {
+				req := newReq()
+				for b.Loop() {
+					resp, err := p.RoundTrip(ctx, ts.addr, req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					p.Release(resp)
+				}
+			} else {
+				b.SetParallelism(max(1, bc.par/runtime.GOMAXPROCS(0)))
+				b.RunParallel(func(pb *testing.PB) {
+					req := newReq()
+					for pb.Next() {
+						resp, err := p.RoundTrip(ctx, ts.addr, req)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						p.Release(resp)
+					}
+				})
+			}
+			b.StopTimer()
+			if writes, ok := writeSyscalls(); ok && counted {
+				b.ReportMetric(float64(writes-writes0)/float64(b.N), "writes/op")
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// TestReadOnlyIsAQuestion: ReadOnly, asked on every pick, allocates
+// nothing, dials nothing, and learns of no address it is asked about.
+func TestReadOnlyIsAQuestion(t *testing.T) {
+	var d countingDial
+	p := newPool(t, Config{ConnsPerAddr: 1, Dial: d.dial})
+	addr, _, c := readOnlyAddr(t, p)
+	defer c.Close() // the old server keeps draining: no probe is due
+	dials := d.n.Load()
+	allocs := testing.AllocsPerRun(1000, func() {
+		if !p.ReadOnly(addr) {
+			t.Fatal("ReadOnly = false for a read-only address")
+		}
+		if p.ReadOnly("127.0.0.1:1") {
+			t.Fatal("ReadOnly = true for an address never called")
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("ReadOnly allocates %.1f times per call, want 0", allocs)
+	}
+	if n := d.n.Load(); n != dials {
+		t.Errorf("asking ReadOnly made %d dials", n-dials)
+	}
+	if n := len(*p.eps.Load()); n != 1 {
+		t.Errorf("the pool knows %d addresses after ReadOnly was asked about another, want 1", n)
+	}
 }

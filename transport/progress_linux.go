@@ -1,3 +1,5 @@
+// The peer's acknowledged bytes, read from TCP_INFO.
+
 package transport
 
 import (

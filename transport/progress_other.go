@@ -1,5 +1,7 @@
 //go:build !linux
 
+// The peer's acknowledged bytes, which only Linux tells.
+
 package transport
 
 import "net"

@@ -1,5 +1,7 @@
 //go:build !unix
 
+// Socket writes through net.Conn.Write where the system calls are not ours to make.
+
 package transport
 
 import "net"
@@ -15,7 +17,7 @@ func (*rawWriter) tryWrite(nc net.Conn, b []byte) (n int, blocked bool, err erro
 	return n, false, err
 }
 
-// exactCounts is false here: on Windows a write cut off by its deadline
-// may report 0 bytes although some went out (golang/go#24727), so the rest
-// of the frame cannot be known; the connection closes instead.
+// exactCounts is false here. On Windows a write cut off by its deadline
+// may report 0 bytes although some went out (golang/go#24727). The rest of
+// the frame is then unknown, so the connection closes instead.
 const exactCounts = false

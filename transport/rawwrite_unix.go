@@ -1,5 +1,7 @@
 //go:build unix
 
+// Socket writes made with the system calls themselves, so a flusher never waits for the socket.
+
 package transport
 
 import (
@@ -11,10 +13,10 @@ import (
 )
 
 // rawWriter writes to a socket without ever waiting for room in its send
-// buffer: tryWrite makes the write system calls itself through the
-// connection's syscall.RawConn, and stops at EAGAIN where net.Conn.Write
-// would park the goroutine. The fields are the flusher's: one goroutine
-// at a time uses them.
+// buffer. tryWrite makes the write system calls itself, through the
+// connection's syscall.RawConn. It stops at EAGAIN, where net.Conn.Write
+// would park the goroutine. The fields are the flusher's: one goroutine at
+// a time uses them.
 type rawWriter struct {
 	rc    syscall.RawConn // nil: not one of the net package's sockets
 	write func(fd uintptr) bool

@@ -1,12 +1,12 @@
+// The one writer of a connection: frames from concurrent goroutines coalesced into few writes.
+
 package transport
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -16,53 +16,14 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
-// frameWriter is the one writer of a connection, shared by the client and
-// the server side. It coalesces frames from concurrent goroutines into as
-// few write syscalls as possible without a goroutine of its own:
-//
-//   - A writer appends its encoded frame (protocol.AppendMessage straight
-//     into buf, no intermediate copy) under mu.
-//   - If nobody is flushing, it becomes the flusher: it swaps buf for the
-//     spare buffer, writes the swapped-out bytes without holding mu, and
-//     loops until buf is empty.
-//   - If a flusher is active, it just returns: the flusher picks its frame
-//     up on its next turn, together with everyone else's.
-//
-// At low load every frame is written inline by its own goroutine, which
-// saves the goroutine wake-ups a dedicated writer goroutine costs per call;
-// under load the frames that pile up while one write is in the kernel go
-// out in the next single write. Measured with BenchmarkRoundTrip on a busy
-// 2-core machine against the same buffer drained by a writer goroutine
-// woken through a channel: inline was faster in wall time (median ~12 vs
-// ~15 µs at parallelism 1, ~6.0 vs ~6.8 µs at 64) and in CPU per round trip
-// (~10.8 vs ~11.6 µs; ~5.7 vs ~6.1 µs), with 0 allocations for both; the
-// writer goroutine coalesced a little more (1.65 vs 1.79 write syscalls per
-// round trip at 64), which did not pay for its wake-ups.
-//
-// The price is that a flusher may be kept busy writing frames of other
-// goroutines. It is never kept waiting for room in the socket's send
-// buffer, though: on Unix it makes the write system calls itself
-// (rawWriter), and when the buffer is full it hands what is left to a
-// goroutine of its own (finish), which holds the flusher's turn until the
-// write completes, and returns; the caller then waits for its answer with
-// its own timer and context. A large frame's writer waits for the socket
-// (its payload is written in place) but only within the call's limit
-// (writeLarge); cut off mid-frame, the rest of the frame is finished in
-// the background (or, where a cut write's count is not exact, on Windows,
-// the connection closes). Elsewhere, and with a connection that is not
-// one of the net package's sockets (a wrapper), the flusher may block
-// while the buffer is full. A write that
-// has not completed after two heartbeat intervals, while the peer
-// acknowledged none of its bytes, closes the connection (see state), which
-// releases it. On Linux the peer's acknowledgements (TCP_INFO) tell a peer
-// that stopped reading from a link too slow for one frame within two
-// intervals, and a write the peer keeps acknowledging counts as life, so
-// the side sending a large frame, which reads nothing meanwhile, does not
-// take the peer for silent either. Elsewhere they cannot, and with the
-// default interval of 60 s an 8 MiB frame needs ~70 KB/s. A frame the
-// kernel took whole, which the peer is still reading slowly, shows nothing
-// either way: the peer must answer a heartbeat within three intervals.
-// (Reading has no such limit: any data read counts as life, see liveness.)
+// frameWriter is the one writer of a connection, on both sides. It has no
+// goroutine of its own. A caller appends its encoded frame to buf under mu.
+// If nobody is flushing, the caller becomes the flusher: it writes buf
+// until it is empty, taking along the frames others append meanwhile.
+// Otherwise it returns, and the flusher takes its frame. A small frame's
+// writer never waits for room in the socket (flushLoop); a large frame's
+// waits only within its limit (writeLarge). docs/performance.md (Writer)
+// holds the measurements behind this design.
 type frameWriter struct {
 	nc net.Conn
 	// onError is called once, by the flusher whose write failed, without
@@ -93,8 +54,7 @@ type frameWriter struct {
 }
 
 // largePayload is the payload size from which a frame is written from the
-// caller's own payload buffer (one writev of the frame's head and the
-// payload) instead of being copied into the writer's buffer.
+// caller's own buffer (writeLarge), not copied into the writer's.
 const largePayload = 64 << 10
 
 func (w *frameWriter) init(nc net.Conn, onError func(error)) {
@@ -142,16 +102,13 @@ func (l limit) err() error {
 }
 
 // writeMessage encodes m and writes it, or hands it to the active flusher.
-// queued reports whether the frame entered the buffer: when it did not
-// (err is the sticky error of a closed or broken connection, or lim's
-// error), the frame provably never left; when it did and err is non-nil,
-// this goroutine's own write failed, or lim ended it (then err is lim's),
-// and the frame may have been partly sent.
+// queued reports whether the frame entered the buffer. If it did not, the
+// frame provably never left, and err is the connection's sticky error or
+// lim's. If it did and err is non-nil, the frame may have been partly
+// sent: this goroutine's write failed, or lim ended it (err is lim's).
 //
-// Only a large frame's writer waits on the socket, for its payload (its
-// turn and the write itself, both within lim). A small frame's writer never
-// waits longer than one system call: when the socket's send buffer is full,
-// what is left goes to a goroutine that finishes the write (finish).
+// Only a large frame's writer waits on the socket, within lim. A small
+// frame's writer never waits longer than one system call.
 func (w *frameWriter) writeMessage(m *protocol.Message, lim limit) (queued bool, err error) {
 	w.mu.Lock()
 	if w.err != nil {
@@ -171,172 +128,47 @@ func (w *frameWriter) writeMessage(m *protocol.Message, lim limit) (queued bool,
 		w.grow(n)
 	}
 	w.buf = protocol.AppendMessage(w.buf, m)
+	// The frame goes out inline, from this goroutine. At low load that
+	// saves the wake-up a writer goroutine would cost per call. Under load
+	// the frames queued during one write leave together in the next.
 	return true, w.flushOrReturn()
 }
 
 // maxQueued bounds the bytes of small frames waiting behind a write in
-// progress. A peer that stops reading fills its socket buffers; frames
-// then pile up here, and without a bound its partner's memory grows until
-// the stall check closes the connection, minutes later. Over it a frame is
-// refused (errBackedUp): a client fails the call as not sent, a server
-// closes the connection. A variable for tests.
+// progress. Over it a frame is refused (errBackedUp): a client fails the
+// call as not sent, a server closes the connection. Without it, frames
+// for a peer that stopped reading would pile up until the stall check,
+// minutes later. A variable for tests.
 var maxQueued = 32 << 20
 
 // errBackedUp is the error of a frame refused because maxQueued bytes
 // already wait for the peer to read.
 var errBackedUp = errors.New("transport: peer is not reading")
 
-// frameSlack is what a frame adds to its payload, as a guess for grow: the
-// header and the body's strings and attachments are usually well below it
-// (AppendMessage still grows the buffer when they are not).
+// frameSlack is what a frame adds to its payload, as a guess for grow.
+// The header, strings and attachments are usually well below it, and
+// AppendMessage still grows the buffer when they are not.
 const frameSlack = 512
 
 // grow makes room for n bytes in buf with a pooled buffer of at least
-// twice its capacity. Under load a flush can gather hundreds of frames
-// (at c=1024 the server's buffer reached ~650 KiB); growing by append
-// allocated, zeroed and copied at every doubling and left the old arrays
-// to the GC: 2-3 % of each side's CPU (dabbbench profile). The old buffer
-// goes back to the pool when it came from there; a buffer over
-// bufpool.MaxKept goes back after its write (afterWrite).
+// twice its capacity. The old buffer goes back to the pool if it came from
+// there. A buffer over bufpool.MaxKept goes back after its write
+// (afterWrite).
 func (w *frameWriter) grow(n int) {
+	// Under load a flush gathers hundreds of frames. Growing by append
+	// would allocate, zero and copy at every doubling, and leave the old
+	// arrays to the GC; a profile showed that cost (docs/performance.md).
 	nb := bufpool.Get(max(n, 2*cap(w.buf)))[:len(w.buf)]
 	copy(nb, w.buf)
 	bufpool.Put(w.buf) // ignores buffers below bufpool.Min
 	w.buf = nb
 }
 
-// writeLarge writes a frame with a large payload straight from m.Payload,
-// without copying it: it waits for its turn as the flusher, writes what is
-// buffered plus the frame's head and payload in one writev, and then goes
-// on flushing what others buffered meanwhile like any flusher. It returns
-// once m.Payload has been written, so the caller may reuse it, or when lim
-// ends first: then what is left of the frame is copied and finished by
-// another goroutine (the connection stays usable). It is called with mu
-// held; it releases mu.
-func (w *frameWriter) writeLarge(m *protocol.Message, lim limit) (queued bool, err error) {
-	if w.flushing && w.err == nil && lim.set() {
-		stop := w.wakeTurnAt(lim)
-		defer close(stop)
-	}
-	for w.flushing && w.err == nil {
-		if err := lim.err(); err != nil {
-			w.mu.Unlock()
-			return false, err
-		}
-		w.turn.Wait()
-	}
-	if w.err != nil {
-		err = w.err
-		w.mu.Unlock()
-		return false, err
-	}
-	if err := lim.err(); err != nil { // it may have ended as the turn came
-		w.mu.Unlock()
-		return false, err
-	}
-	w.flushing = true
-	w.buf = protocol.AppendFrameHead(w.buf, m)
-	b := w.buf
-	w.buf = w.spare[:0]
-	w.spare = nil
-	w.mu.Unlock()
-
-	n, err := w.writeBuffers(net.Buffers{b, m.Payload}, lim)
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && exactCounts {
-		if lerr := lim.err(); lerr != nil {
-			// The caller's time is up, mid-frame: the rest of the frame
-			// must still go out, or the stream is broken.
-			rest := bufpool.Get(len(b) + len(m.Payload) - int(n))
-			rest = append(append(rest[:0], tail(b, n)...), tail(m.Payload, n-int64(len(b)))...)
-			go w.finish(rest, 0)
-			return true, lerr
-		}
-	}
-	w.mu.Lock()
-	return true, w.wrote(b, err)
-}
-
-// tail returns p without its first n bytes (all of p for n <= 0).
-func tail(p []byte, n int64) []byte {
-	if n <= 0 {
-		return p
-	}
-	if n >= int64(len(p)) {
-		return nil
-	}
-	return p[n:]
-}
-
-// wakeTurnAt wakes the goroutines waiting for their turn when lim ends,
-// so they can give up; closing the returned channel stops it.
-func (w *frameWriter) wakeTurnAt(lim limit) chan<- struct{} {
-	stop := make(chan struct{})
-	var done <-chan struct{}
-	if lim.ctx != nil {
-		done = lim.ctx.Done()
-	}
-	var t *time.Timer
-	var expired <-chan time.Time
-	if !lim.deadline.IsZero() {
-		t = time.NewTimer(time.Until(lim.deadline))
-		expired = t.C
-	}
-	go func() {
-		if t != nil {
-			defer t.Stop()
-		}
-		select {
-		case <-done:
-		case <-expired:
-		case <-stop:
-			return
-		}
-		w.mu.Lock()
-		w.turn.Broadcast()
-		w.mu.Unlock()
-	}()
-	return stop
-}
-
-// aLongTimeAgo is a deadline in the past: it makes a blocked write return.
-var aLongTimeAgo = time.Unix(1, 0)
-
-// writeBuffers writes bufs; with a limit, the write ends with
-// os.ErrDeadlineExceeded when lim does. n is what was written.
-func (w *frameWriter) writeBuffers(bufs net.Buffers, lim limit) (n int64, err error) {
-	if !lim.set() {
-		return bufs.WriteTo(w.nc)
-	}
-	if !lim.deadline.IsZero() {
-		_ = w.nc.SetWriteDeadline(lim.deadline)
-	}
-	var stop func() bool
-	if lim.ctx != nil && lim.ctx.Done() != nil {
-		w.cutting.Add(1)
-		stop = context.AfterFunc(lim.ctx, w.cut)
-	}
-	n, err = bufs.WriteTo(w.nc)
-	if stop != nil {
-		if stop() {
-			w.cutting.Done() // cut will not run
-		}
-		w.cutting.Wait() // no deadline may be set after the one cleared below
-	}
-	_ = w.nc.SetWriteDeadline(time.Time{})
-	return n, err
-}
-
-// cut ends the large write in progress: its caller's context is done.
-func (w *frameWriter) cut() {
-	defer w.cutting.Done()
-	_ = w.nc.SetWriteDeadline(aLongTimeAgo)
-}
-
-// finish writes b[n:] for a flusher that could not wait (a small frame's
-// writer whose socket was full, a large frame's writer whose time was up),
-// then flushes as usual: it holds the flusher's turn until done. It runs on
-// its own goroutine, one per connection at most, which ends when the write
-// completes or the connection closes.
+// finish writes b[n:] for a flusher that could not wait, then flushes as
+// usual, holding the flusher's turn until done. That flusher was a small
+// frame's writer whose socket was full, or a large frame's writer whose
+// time was up. It runs on a goroutine of its own, one per connection at
+// most, which ends when the write completes or the connection closes.
 func (w *frameWriter) finish(b []byte, n int) {
 	_, err := w.nc.Write(b[n:])
 	w.mu.Lock()
@@ -399,15 +231,8 @@ func (w *frameWriter) appendEventLocked(kind eventKind, id uint64) {
 const companyTurns = 16
 
 // flushOrReturn is called with mu held after a frame was appended; it
-// releases mu.
-//
-// While frames have recently joined other goroutines' flushes (company),
-// the new flusher yields once before its first write: callers that are
-// runnable now append their frames meanwhile and leave in the same
-// syscall. At low load nobody joins, company stays at zero and frames are
-// written at once: a yield would cost a trip through the scheduler and the
-// wake-up of an idle thread for every call (measured with dabbbench at
-// c=1: 12 % fewer calls/s with the unconditional yield).
+// releases mu. The new flusher yields once before its first write while
+// frames have recently joined other flushes (company).
 func (w *frameWriter) flushOrReturn() error {
 	if w.flushing {
 		w.company = companyTurns
@@ -416,6 +241,11 @@ func (w *frameWriter) flushOrReturn() error {
 	}
 	w.flushing = true
 	if w.company > 0 {
+		// Callers runnable now append their frames during the yield, and
+		// leave in the same system call. At low load nobody joins and
+		// company stays at zero. A yield then would cost a trip through
+		// the scheduler and an idle thread's wake-up for every call
+		// (docs/performance.md, Adaptive yield).
 		w.company--
 		w.mu.Unlock()
 		runtime.Gosched()
@@ -433,6 +263,13 @@ func (w *frameWriter) flushLoop() error {
 		w.spare = nil
 		w.mu.Unlock()
 
+		// The flusher may be writing other goroutines' frames, so it must
+		// not wait for room in the socket. On Unix tryWrite stops where the
+		// send buffer is full, and a goroutine of its own (finish) writes
+		// the rest, keeping the turn. The caller then waits for its answer
+		// with its own timer and context. Elsewhere, and on a connection
+		// wrapper, tryWrite may block; the stall check (state) then closes
+		// a connection whose write does not move.
 		n, blocked, err := w.raw.tryWrite(w.nc, b)
 		if blocked {
 			go w.finish(b, n)
@@ -456,9 +293,9 @@ func (w *frameWriter) wrote(b []byte, err error) error {
 }
 
 // afterWrite books a flusher's completed write of b. done reports that
-// the flush is over (the buffer is empty, or the writer failed): mu is
-// released then, and err is this write's error. Otherwise mu is still held
-// and there is more to write.
+// the flush is over: the buffer is empty, or the writer failed. Then mu is
+// released, and err is this write's error. Otherwise mu is still held and
+// there is more to write.
 func (w *frameWriter) afterWrite(b []byte, err error) (done bool, _ error) {
 	w.writes++
 	if cap(b) <= bufpool.MaxKept {
@@ -513,119 +350,4 @@ func (w *frameWriter) idle() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return !w.flushing && len(w.buf) == 0
-}
-
-// writeState is what the heartbeat tick sees of the writer.
-type writeState uint8
-
-const (
-	writeQuiet   writeState = iota // nothing written, or nothing known of the peer
-	writeMoving                    // a write in progress whose bytes the peer acknowledges
-	writeStalled                   // one write in progress since the last tick, unacknowledged
-)
-
-// state reports whether one write has been in progress since the previous
-// call without completing and, where the system tells (ackedBytes),
-// without the peer acknowledging any of its bytes (writeStalled), or
-// whether the peer acknowledged bytes of a write in progress
-// (writeMoving): a large frame crossing a slow link is progress, and a
-// sign of life while the peer has nothing to send. It is called from the
-// heartbeat tick only, so the system call costs nothing per frame.
-func (w *frameWriter) state() writeState {
-	w.mu.Lock()
-	flushing := w.flushing
-	same := flushing && w.writes == w.seen
-	w.seen = w.writes
-	w.mu.Unlock()
-	if !flushing {
-		return writeQuiet
-	}
-	acked, ok := ackedBytes(w.nc)
-	switch moved := ok && acked != w.acked.Swap(acked); {
-	case moved:
-		return writeMoving
-	case same:
-		return writeStalled
-	}
-	return writeQuiet
-}
-
-// liveness watches one connection from its heartbeat timer, which ticks
-// once per heartbeat interval. It costs the hot path a single atomic add
-// per read from the socket: no clock reads, no per-call timers.
-type liveness struct {
-	// reads counts the reads from the socket that returned data, bumped
-	// by the reader goroutine through source. Reads, not frames: a peer
-	// slowly sending one large frame is making progress, not silent.
-	reads atomic.Uint64
-
-	mu     sync.Mutex // guards the fields below (a blocked tick may overlap the next)
-	seen   uint64     // reads at the previous tick
-	silent int        // consecutive ticks with nothing read
-	stuck  int        // consecutive ticks with one write in progress
-}
-
-// source returns r counting its reads in l.
-func (l *liveness) source(r io.Reader) io.Reader { return &countingReader{r, &l.reads} }
-
-type countingReader struct {
-	r io.Reader
-	n *atomic.Uint64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	if n > 0 {
-		c.n.Add(1)
-	}
-	return n, err
-}
-
-// Thresholds, in heartbeat intervals.
-const (
-	// silentTicks ticks without a byte read close the connection: the
-	// peer has been silent for 3 intervals (it did not even answer our
-	// heartbeats).
-	silentTicks = 3
-	// stuckTicks ticks that see the same write in progress close the
-	// connection: the peer has not read anything for at least 2 intervals.
-	stuckTicks = 3
-)
-
-// tickAction says what a connection does on a heartbeat tick.
-type tickAction uint8
-
-const (
-	tickNothing tickAction = iota
-	tickHeartbeat
-	tickSilent
-	tickStalled
-)
-
-// tick records one heartbeat interval. ws is the writer's state() for
-// this tick. A write the peer is acknowledging counts as life: while a
-// large frame goes out, the peer may have nothing to send, and a
-// heartbeat would wait behind the frame.
-func (l *liveness) tick(ws writeState) tickAction {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if ws == writeStalled {
-		l.stuck++
-	} else {
-		l.stuck = 0
-	}
-	if l.stuck >= stuckTicks {
-		return tickStalled
-	}
-	n := l.reads.Load()
-	if n != l.seen || ws == writeMoving {
-		l.seen = n
-		l.silent = 0
-		return tickNothing
-	}
-	l.silent++
-	if l.silent >= silentTicks {
-		return tickSilent
-	}
-	return tickHeartbeat
 }

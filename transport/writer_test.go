@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -142,151 +143,6 @@ func TestWriterErrors(t *testing.T) {
 	}
 }
 
-func TestWriterStallDetection(t *testing.T) {
-	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{})}
-	var w frameWriter
-	w.init(c, func(error) {})
-	if w.state() != writeQuiet {
-		t.Fatalf("an idle writer reported %v", w.state())
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := w.writeMessage(frameOf("stuck"), limit{})
-		done <- err
-	}()
-	waitFor(t, c.entered, "the write")
-	var l liveness
-	l.reads.Add(1) // reads keep coming: only the write is stuck
-	actions := []tickAction{}
-	for range stuckTicks {
-		l.reads.Add(1)
-		actions = append(actions, l.tick(w.state()))
-	}
-	if actions[len(actions)-1] != tickStalled {
-		t.Errorf("ticks over a stuck write gave %v, want the last to be tickStalled", actions)
-	}
-	close(c.gate)
-	<-done
-	if s := w.state(); s != writeQuiet {
-		t.Errorf("state %v after the write completed", s)
-	}
-}
-
-func TestLivenessSilence(t *testing.T) {
-	var l liveness
-	want := []tickAction{tickHeartbeat, tickHeartbeat, tickSilent}
-	for i, a := range want {
-		if got := l.tick(writeQuiet); got != a {
-			t.Fatalf("silent tick %d = %v, want %v", i+1, got, a)
-		}
-	}
-	l = liveness{}
-	l.tick(writeQuiet)
-	l.reads.Add(1)
-	if got := l.tick(writeQuiet); got != tickNothing {
-		t.Errorf("tick after a read = %v, want tickNothing", got)
-	}
-	if got := l.tick(writeQuiet); got != tickHeartbeat {
-		t.Errorf("tick after a quiet interval = %v, want tickHeartbeat", got)
-	}
-}
-
-// A frame with a large payload is written from the caller's buffer: its
-// bytes on the wire are AppendMessage's, frames queued meanwhile stay
-// whole, and writeMessage returns only once the payload has been written.
-func TestWriterLargeFrame(t *testing.T) {
-	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{})}
-	var w frameWriter
-	w.init(c, func(err error) { t.Errorf("unexpected write error: %v", err) })
-	first := startFlush(t, c, &w, "first")
-
-	large := frameOf(string(bytes.Repeat([]byte("L"), largePayload+123)))
-	type result struct {
-		queued  bool
-		err     error
-		written bool // the payload was on the wire when writeMessage returned
-	}
-	done := make(chan result, 1)
-	go func() {
-		queued, err := w.writeMessage(large, limit{})
-		c.mu.Lock()
-		var all []byte
-		for _, b := range c.writes {
-			all = append(all, b...)
-		}
-		c.mu.Unlock()
-		done <- result{queued, err, bytes.Contains(all, large.Payload)}
-	}()
-	if queued, err := w.writeMessage(frameOf("small"), limit{}); !queued || err != nil {
-		t.Fatalf("small writeMessage while flushing = %v, %v", queued, err)
-	}
-	close(c.gate)
-	if err := waitFor(t, first, "the flusher"); err != nil {
-		t.Fatalf("flusher: %v", err)
-	}
-	r := waitFor(t, done, "the large write")
-	if !r.queued || r.err != nil {
-		t.Fatalf("large writeMessage = %v, %v; want queued, nil", r.queued, r.err)
-	}
-	if !r.written {
-		t.Fatalf("writeMessage of a large frame returned before its payload was written")
-	}
-	if !w.idle() {
-		t.Errorf("writer not idle after the writes")
-	}
-
-	c.mu.Lock()
-	var stream []byte
-	for _, b := range c.writes {
-		stream = append(stream, b...)
-	}
-	c.mu.Unlock()
-	if want := protocol.AppendMessage(nil, large); !bytes.Contains(stream, want) {
-		t.Errorf("the large frame on the wire differs from AppendMessage's encoding")
-	}
-	rd := protocol.NewReader(bufio.NewReader(bytes.NewReader(stream)), 0)
-	got := map[string]bool{}
-	for {
-		var m protocol.Message
-		if err := rd.Read(&m); err != nil {
-			break
-		}
-		got[string(m.Payload)] = true
-	}
-	for _, p := range []string{"first", "small", string(large.Payload)} {
-		if !got[p] {
-			t.Errorf("frame with a %d-byte payload missing from the stream (%d frames decoded)", len(p), len(got))
-		}
-	}
-}
-
-// A large writer waiting for its turn is released, with the error, when
-// the flusher's write fails.
-func TestWriterLargeWaiterReleasedOnFailure(t *testing.T) {
-	boom := errors.New("boom")
-	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{}), fail: boom}
-	var w frameWriter
-	w.init(c, func(error) {})
-	first := startFlush(t, c, &w, "first")
-	type result struct {
-		queued bool
-		err    error
-	}
-	done := make(chan result, 1)
-	go func() {
-		queued, err := w.writeMessage(frameOf(string(make([]byte, largePayload))), limit{})
-		done <- result{queued, err}
-	}()
-	close(c.gate)
-	if err := waitFor(t, first, "the flusher"); !errors.Is(err, boom) {
-		t.Fatalf("flusher err = %v, want boom", err)
-	}
-	r := waitFor(t, done, "the waiting large write")
-	if r.queued || !errors.Is(r.err, boom) {
-		t.Fatalf("large write after the failure = %v, %v; want not queued, boom", r.queued, r.err)
-	}
-}
-
 // A flusher yields before writing only while frames have recently joined
 // other flushes: a frame joining sets company, and solo flushes wear it
 // down to zero, after which frames are written at once.
@@ -375,4 +231,60 @@ func TestWriterGrowsThroughPool(t *testing.T) {
 	if cap(w.spare) > bufpool.MaxKept || cap(w.buf) > bufpool.MaxKept {
 		t.Errorf("writer keeps buffers of %d and %d bytes after the flush, want at most %d", cap(w.buf), cap(w.spare), bufpool.MaxKept)
 	}
+}
+
+// xorConn stands for any net.Conn wrapper that changes or accounts for
+// the bytes it writes (encryption, obfuscation, byte metrics, rate
+// limiting, fault injection) and embeds *net.TCPConn, as such wrappers
+// often do to keep SetNoDelay, SetKeepAlive, File and SyscallConn.
+type xorConn struct{ *net.TCPConn }
+
+func (c xorConn) Write(p []byte) (int, error) {
+	q := make([]byte, len(p))
+	for i, b := range p {
+		q[i] = b ^ 0x5a
+	}
+	return c.TCPConn.Write(q)
+}
+
+func (c xorConn) Read(p []byte) (int, error) {
+	n, err := c.TCPConn.Read(p)
+	for i := range p[:n] {
+		p[i] ^= 0x5a
+	}
+	return n, err
+}
+
+type xorListener struct{ net.Listener }
+
+func (l xorListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return xorConn{c.(*net.TCPConn)}, nil
+}
+
+// TestWrappedConnWritesThroughItsWrite: a connection wrapper that embeds
+// *net.TCPConn (promoting SyscallConn) but has a Write of its own is
+// written through that Write: the writer makes the system calls itself
+// only on the net package's own sockets.
+func TestWrappedConnWritesThroughItsWrite(t *testing.T) {
+	ts := startServerOn(t, xorListener{listen(t)}, echo, ServerConfig{})
+	p := newPool(t, Config{ConnsPerAddr: 1, Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return xorConn{c.(*net.TCPConn)}, nil
+	}})
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("through the wrapper"))
+	if err != nil {
+		t.Fatalf("a call over a wrapped connection failed: %v (the writer bypassed the wrapper's Write)", err)
+	}
+	if string(resp.Payload) != "through the wrapper" {
+		t.Errorf("payload = %q", resp.Payload)
+	}
+	p.Release(resp)
 }

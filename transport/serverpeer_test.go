@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,16 +15,75 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
+func TestNilHandler(t *testing.T) {
+	ts := startServer(t, nil, ServerConfig{})
+	p := newPool(t, Config{})
+	_, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("x"))
+	wantStatus(t, err, protocol.StatusServiceNotFound, true, false)
+}
+
+// TestServerClosesAClientNotReading: a client that keeps sending requests
+// but reads none of the responses is disconnected once maxQueued bytes of
+// responses wait, instead of the server's memory growing without bound.
+func TestServerClosesAClientNotReading(t *testing.T) {
+	withMaxQueued(t, 256<<10)
+	ts := startServer(t, echo, ServerConfig{})
+	nc, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		req := newRequest(strings.Repeat("r", 32<<10))
+		var frame []byte
+		for id := uint64(1); ; id++ {
+			req.Header.SetID(id)
+			frame = protocol.AppendMessage(frame[:0], req)
+			if _, err := nc.Write(frame); err != nil {
+				return // the server closed the connection
+			}
+		}
+	}()
+	waitFor(t, closed, "the server to close the connection of a client that reads nothing")
+}
+
+// TestLargeResponsesGiveUpAtTheirDeadline: large responses to a client
+// that stopped reading wait for the socket only until their requests'
+// deadlines (their callers have given up by then); they used to wait, each
+// holding its payload and its place in MaxConcurrent, until the stall
+// check closed the connection.
+func TestLargeResponsesGiveUpAtTheirDeadline(t *testing.T) {
+	var handled atomic.Int64
+	big := HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
+		resp.Payload = append(resp.Payload[:0], strings.Repeat("B", 4<<20)...)
+		handled.Add(1)
+	})
+	ts := startServer(t, big, ServerConfig{})
+	nc, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	req := newRequest("big, please")
+	req.Timeout = 200 * time.Millisecond
+	var frames []byte
+	for id := range uint64(20) { // 80 MiB of responses: far more than the socket buffers hold
+		req.Header.SetID(id + 1)
+		frames = protocol.AppendMessage(frames, req)
+	}
+	if _, err := nc.Write(frames); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, 5*time.Second, 5*time.Millisecond, "the responses waiting for the socket to give up", func() bool {
+		return handled.Load() == 20 && ts.srv.active.Load() == 0
+	})
+}
+
 // cancelBound is how soon a handler must see a cancel event: far less than
 // the budgets in these tests, so a deadline cannot pass for one.
 const cancelBound = time.Second
-
-// eventually polls cond until it holds, failing the test after the test
-// timeout. For state that has no event to wait on.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	wait.Until(t, defaultTestTimeout, time.Millisecond, what, cond)
-}
 
 // handlerResult is what a gated handler saw when it returned.
 type handlerResult struct {
@@ -291,181 +352,6 @@ func expectNoResponseBusy(t *testing.T, c net.Conn, rd *protocol.Reader, hbID ui
 	if !m.IsHeartbeatResponse() || m.Header.ID() != hbID {
 		t.Fatalf("got a frame with flags %#02x, status %d, id %d, payload %q; want only the heartbeat response %d",
 			byte(m.Header.Flags()), m.Header.Status(), m.Header.ID(), m.Payload, hbID)
-	}
-}
-
-// readFrames reads every frame from c onto the returned channel, which is
-// closed when c fails or is closed.
-func readFrames(c net.Conn) <-chan *protocol.Message {
-	ch := make(chan *protocol.Message, 100)
-	go func() {
-		defer close(ch)
-		rd := protocol.NewReader(bufio.NewReader(c), 0)
-		for {
-			m := new(protocol.Message)
-			if err := rd.Read(m); err != nil {
-				return
-			}
-			ch <- m
-		}
-	}()
-	return ch
-}
-
-// nextFrameOrEOF returns the next frame, or nil when the connection ended.
-func nextFrameOrEOF(t *testing.T, frames <-chan *protocol.Message, what string) *protocol.Message {
-	t.Helper()
-	select {
-	case m, ok := <-frames:
-		if !ok {
-			return nil
-		}
-		return m
-	case <-time.After(defaultTestTimeout):
-		t.Fatalf("timed out waiting for %s", what)
-		return nil
-	}
-}
-
-func nextFrame(t *testing.T, frames <-chan *protocol.Message, what string) *protocol.Message {
-	t.Helper()
-	m := nextFrameOrEOF(t, frames, what)
-	if m == nil {
-		t.Fatalf("connection closed while waiting for %s", what)
-	}
-	return m
-}
-
-func writeResponse(t *testing.T, c net.Conn, id uint64, payload string) {
-	t.Helper()
-	var resp protocol.Message
-	resp.Header.Init(protocol.MakeFlags(0, 22), protocol.StatusOK, id)
-	resp.Payload = []byte(payload)
-	if _, err := c.Write(protocol.AppendMessage(nil, &resp)); err != nil {
-		t.Fatalf("write response %d: %v", id, err)
-	}
-}
-
-// TestClientSendsCancel counts, at a raw server, the frames a Pool writes:
-// a cancel follows exactly the calls given up after their request was
-// written, and nothing else.
-func TestClientSendsCancel(t *testing.T) {
-	addr, conns := rawServer(t)
-	p := newPool(t, Config{ConnsPerAddr: 1})
-	call := func(ctx context.Context, payload string, budget time.Duration) <-chan error {
-		req := newRequest(payload)
-		req.Timeout = budget
-		errc := make(chan error, 1)
-		go func() {
-			resp, err := p.RoundTrip(ctx, addr, req)
-			if err == nil {
-				if string(resp.Payload) != "re:"+payload {
-					err = fmt.Errorf("got %q for %q", resp.Payload, payload)
-				}
-				p.Release(resp)
-			}
-			errc <- err
-		}()
-		return errc
-	}
-	expectRequest := func(frames <-chan *protocol.Message, payload string) uint64 {
-		t.Helper()
-		m := nextFrame(t, frames, "request "+payload)
-		if m.Header.Flags().IsEvent() || string(m.Payload) != payload {
-			t.Fatalf("got flags %#02x id %d payload %q, want the request %q",
-				byte(m.Header.Flags()), m.Header.ID(), m.Payload, payload)
-		}
-		return m.Header.ID()
-	}
-	expectCancel := func(frames <-chan *protocol.Message, id uint64) {
-		t.Helper()
-		m := nextFrame(t, frames, fmt.Sprintf("the cancel of call %d", id))
-		if !m.IsCancel() || m.Header.ID() != id {
-			t.Fatalf("got flags %#02x id %d payload % x, want the cancel event for call %d",
-				byte(m.Header.Flags()), m.Header.ID(), m.Payload, id)
-		}
-	}
-
-	// Answered: no cancel, even when its ctx is cancelled afterwards.
-	ctx, cancel := context.WithCancel(testCtx(t))
-	errc := call(ctx, "answered", 0)
-	c := waitFor(t, conns, "the connection")
-	defer c.Close()
-	frames := readFrames(c)
-	id := expectRequest(frames, "answered")
-	writeResponse(t, c, id, "re:answered")
-	if err := waitFor(t, errc, "the answered call"); err != nil {
-		t.Fatalf("answered call: %v", err)
-	}
-	cancel()
-
-	// Cancelled by its caller after the request was written.
-	ctx, cancel = context.WithCancel(testCtx(t))
-	errc = call(ctx, "cancelled", 0)
-	id = expectRequest(frames, "cancelled")
-	cancel()
-	wantStatus(t, waitFor(t, errc, "the cancelled call"), protocol.StatusClientError, false, false)
-	expectCancel(frames, id)
-	// A peer may answer anyway: dubbo-go answers every event with a
-	// heartbeat response, and the call's late response may cross the
-	// cancel. Both are discarded.
-	if _, err := c.Write(protocol.AppendHeartbeatResponse(nil, id)); err != nil {
-		t.Fatal(err)
-	}
-	writeResponse(t, c, id, "re:cancelled")
-
-	// Budget ran out while waiting.
-	errc = call(testCtx(t), "timed out", 30*time.Millisecond)
-	id = expectRequest(frames, "timed out")
-	wantStatus(t, waitFor(t, errc, "the timed-out call"), protocol.StatusServerTimeout, false, false)
-	expectCancel(frames, id)
-
-	// Cancelled before sending: nothing is written at all.
-	ctx, cancel = context.WithCancel(testCtx(t))
-	cancel()
-	wantStatus(t, waitFor(t, call(ctx, "never sent", 0), "the unsent call"), protocol.StatusClientError, false, true)
-
-	// The next frame is the next request: no stray cancel came before it.
-	errc = call(testCtx(t), "last", 0)
-	id = expectRequest(frames, "last")
-	writeResponse(t, c, id, "re:last")
-	if err := waitFor(t, errc, "the last call"); err != nil {
-		t.Fatalf("last call: %v", err)
-	}
-	if n := p.pendingLen(addr); n != 0 {
-		t.Errorf("pending table holds %d calls, want 0", n)
-	}
-}
-
-// TestCancelOnDrainingConnection: the last call on a read-only connection
-// is given up; its cancel still goes out before the client closes.
-func TestCancelOnDrainingConnection(t *testing.T) {
-	addr, conns := rawServer(t)
-	p := newPool(t, Config{ConnsPerAddr: 1})
-	ctx, cancel := context.WithCancel(testCtx(t))
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := p.RoundTrip(ctx, addr, newRequest("pending"))
-		errc <- err
-	}()
-	c := waitFor(t, conns, "the connection")
-	defer c.Close()
-	frames := readFrames(c)
-	req := nextFrame(t, frames, "the request")
-	if _, err := c.Write(protocol.AppendReadOnly(nil, 1)); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the read-only event to arrive", func() bool { return p.ReadOnly(addr) })
-	cancel()
-	wantStatus(t, waitFor(t, errc, "the call"), protocol.StatusClientError, false, false)
-	m := nextFrame(t, frames, "the cancel")
-	if !m.IsCancel() || m.Header.ID() != req.Header.ID() {
-		t.Fatalf("got flags %#02x id %d, want the cancel of call %d", byte(m.Header.Flags()), m.Header.ID(), req.Header.ID())
-	}
-	// Then the client closes the drained connection.
-	if m := nextFrameOrEOF(t, frames, "the client to close"); m != nil {
-		t.Fatalf("got another frame (flags %#02x, id %d) instead of the close", byte(m.Header.Flags()), m.Header.ID())
 	}
 }
 

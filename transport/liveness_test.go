@@ -13,34 +13,53 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
-// tcpPair returns both ends of a loopback TCP connection with socket
-// buffers much smaller than the frames written, so a large frame keeps its
-// write in progress until the peer reads it.
-func tcpPair(t *testing.T) (w, r *net.TCPConn) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+func TestWriterStallDetection(t *testing.T) {
+	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{})}
+	var w frameWriter
+	w.init(c, func(error) {})
+	if w.state() != writeQuiet {
+		t.Fatalf("an idle writer reported %v", w.state())
 	}
-	defer l.Close()
-	acc := make(chan net.Conn, 1)
+	done := make(chan error, 1)
 	go func() {
-		c, _ := l.Accept()
-		acc <- c
+		_, err := w.writeMessage(frameOf("stuck"), limit{})
+		done <- err
 	}()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+	waitFor(t, c.entered, "the write")
+	var l liveness
+	l.reads.Add(1) // reads keep coming: only the write is stuck
+	actions := []tickAction{}
+	for range stuckTicks {
+		l.reads.Add(1)
+		actions = append(actions, l.tick(w.state()))
 	}
-	s := waitFor(t, acc, "the accepted connection")
-	if s == nil {
-		t.Fatal("accept failed")
+	if actions[len(actions)-1] != tickStalled {
+		t.Errorf("ticks over a stuck write gave %v, want the last to be tickStalled", actions)
 	}
-	w, r = c.(*net.TCPConn), s.(*net.TCPConn)
-	_ = w.SetWriteBuffer(linkBuffer)
-	_ = r.SetReadBuffer(linkBuffer)
-	t.Cleanup(func() { w.Close(); r.Close() })
-	return w, r
+	close(c.gate)
+	<-done
+	if s := w.state(); s != writeQuiet {
+		t.Errorf("state %v after the write completed", s)
+	}
+}
+
+func TestLivenessSilence(t *testing.T) {
+	var l liveness
+	want := []tickAction{tickHeartbeat, tickHeartbeat, tickSilent}
+	for i, a := range want {
+		if got := l.tick(writeQuiet); got != a {
+			t.Fatalf("silent tick %d = %v, want %v", i+1, got, a)
+		}
+	}
+	l = liveness{}
+	l.tick(writeQuiet)
+	l.reads.Add(1)
+	if got := l.tick(writeQuiet); got != tickNothing {
+		t.Errorf("tick after a read = %v, want tickNothing", got)
+	}
+	if got := l.tick(writeQuiet); got != tickHeartbeat {
+		t.Errorf("tick after a quiet interval = %v, want tickHeartbeat", got)
+	}
 }
 
 // TestSlowPeerIsNotAStall: a large frame written to a peer that reads it

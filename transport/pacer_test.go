@@ -2,88 +2,12 @@ package transport
 
 import (
 	"context"
-	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dabbrpc/dabb/protocol"
 )
-
-// acceptCounter counts accepted connections.
-type acceptCounter struct {
-	net.Listener
-	accepted atomic.Int64
-}
-
-func (l *acceptCounter) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.accepted.Add(1)
-	}
-	return c, err
-}
-
-// TestLargeRequestsUseTheirOwnConnection: a request at or over
-// LargeMessage goes over a connection of its own, so it never queues in
-// front of small calls; with LargeMessage negative it shares theirs.
-func TestLargeRequestsUseTheirOwnConnection(t *testing.T) {
-	for _, tt := range []struct {
-		name  string
-		large int
-		want  int64 // connections accepted in the end
-	}{
-		{"own connection", 1 << 10, 3},
-		{"shared", -1, 2},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			l := &acceptCounter{Listener: listen(t)}
-			ts := startServerOn(t, l, echo, ServerConfig{})
-			p := newPool(t, Config{ConnsPerAddr: 2, LargeMessage: tt.large})
-			ctx := testCtx(t)
-			for range 4 { // both shared connections get dialed
-				resp, err := p.RoundTrip(ctx, ts.addr, newRequest("small"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				p.Release(resp)
-			}
-			big := strings.Repeat("x", 2<<10)
-			large := func() {
-				resp, err := p.RoundTrip(ctx, ts.addr, newRequest(big))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if string(resp.Payload) != big {
-					t.Fatalf("large echo came back with %d bytes", len(resp.Payload))
-				}
-				p.Release(resp)
-			}
-			// One dial per address is in flight at a time, and a call
-			// uses another live connection meanwhile: keep calling until
-			// the dials are done, bounded by the test's timeout.
-			for range 3 {
-				large()
-			}
-			for l.accepted.Load() < tt.want && ctx.Err() == nil {
-				large()
-				time.Sleep(time.Millisecond)
-			}
-			for range 20 { // more of both: no further connection
-				large()
-				resp, err := p.RoundTrip(ctx, ts.addr, newRequest("small"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				p.Release(resp)
-			}
-			if got := l.accepted.Load(); got != tt.want {
-				t.Fatalf("server accepted %d connections, want %d", got, tt.want)
-			}
-		})
-	}
-}
 
 // TestLargeInFlight: with the default bound, a second large request waits
 // for the first's slot, and fails as not sent (nothing reaches the
@@ -165,10 +89,10 @@ func TestLargeInFlight(t *testing.T) {
 	})
 }
 
-// acquireLarge gives up, on a full endpoint or in the pause between large
+// TestPacerGivesUp: acquire gives up, on a full endpoint or in the pause between large
 // requests, with the reason: the budget, the caller's context, or the
 // pool's Close, each as not sent, and holds no slot afterwards.
-func TestAcquireLargeGivesUp(t *testing.T) {
+func TestPacerGivesUp(t *testing.T) {
 	for _, wait := range []string{"slot", "pause"} {
 		for _, tc := range []struct {
 			name   string
@@ -192,23 +116,23 @@ func TestAcquireLargeGivesUp(t *testing.T) {
 				}
 				want := 0
 				if wait == "slot" {
-					e.large <- struct{}{} // the only slot is taken
+					e.pace.slots <- struct{}{} // the only slot is taken
 					want = 1
 				} else {
 					// A small call is waiting for its answer, and the
 					// previous large request asked for a long pause.
 					e.slots[0].Store(&clientConn{pending: map[uint64]*call{1: {}}})
-					e.largeNext.Store(p.clock() + int64(time.Hour))
+					e.pace.next.Store(e.pace.clock() + int64(time.Hour))
 				}
 				ctx, cancel := tc.ctx()
 				defer cancel()
 				if tc.close {
 					_ = p.Close()
 				}
-				_, err = e.acquireLarge(ctx, time.Now(), tc.budget)
+				_, err = e.pace.acquire(ctx, time.Now(), tc.budget)
 				wantStatus(t, err, tc.status, false, true)
-				if len(e.large) != want {
-					t.Errorf("%d slots taken after a call gave up, want %d", len(e.large), want)
+				if len(e.pace.slots) != want {
+					t.Errorf("%d slots taken after a call gave up, want %d", len(e.pace.slots), want)
 				}
 			})
 		}
@@ -305,5 +229,40 @@ func TestLargeShare(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPacingKeepsLargeRequestsToTheirShare guards the pacing: while small
+// calls wait for answers, large requests take at most LargeShare of the
+// time, so a small call rarely finds one in its way. It drives the pacer
+// with a clock of its own: no timers, no wall-clock time.
+func TestPacingKeepsLargeRequestsToTheirShare(t *testing.T) {
+	const rounds, d = 100, int64(10 * time.Millisecond) // each large round trip
+	// busyShare returns the share of the time large requests were in
+	// flight, when each goes as soon as p lets it.
+	busyShare := func(p *pacer) float64 {
+		var now int64
+		for range rounds {
+			if wait := p.pauseAt(now); wait > 0 {
+				now += int64(wait)
+			}
+			sent := now
+			now += d
+			p.done(sent, now)
+		}
+		return float64(rounds*d) / float64(now)
+	}
+	const share = 0.25
+	paced := newPacer(&Config{LargeMessage: 1, LargeInFlight: -1, LargeShare: share}, "a", func() bool { return true }, nil)
+	if paced == nil || paced.share != share {
+		t.Fatalf("newPacer made %+v for LargeShare %v", paced, share)
+	}
+	with, without := busyShare(paced), busyShare(&pacer{})
+	if without < 0.99 {
+		t.Fatalf("without pacing, large requests were in flight %.2f of the time, want all of it", without)
+	}
+	if with > share+0.01 {
+		t.Errorf("with pacing, large requests were in flight %.2f of the time while small calls waited, want at most LargeShare (%.2f): "+
+			"the pause is what keeps small calls' tail latency near its value next to large calls (docs/performance.md, finding 5)", with, share)
 	}
 }

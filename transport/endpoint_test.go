@@ -1,0 +1,109 @@
+package transport
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+func TestDialFailureAndBackoff(t *testing.T) {
+	l := listen(t)
+	addr := l.Addr().String()
+	_ = l.Close() // nothing listens there now
+	var d countingDial
+	p := newPool(t, Config{Dial: d.dial})
+
+	_, err := p.RoundTrip(testCtx(t), addr, newRequest("x"))
+	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
+	if !errors.Is(err, protocol.ErrUnavailable) {
+		t.Errorf("errors.Is(err, protocol.ErrUnavailable) = false for %v", err)
+	}
+	if d.n.Load() != 1 {
+		t.Fatalf("%d dials, want 1", d.n.Load())
+	}
+	// In backoff: fail fast without dialing.
+	start := time.Now()
+	_, err = p.RoundTrip(testCtx(t), addr, newRequest("x"))
+	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
+	if got := d.n.Load(); got != 1 {
+		t.Fatalf("%d dials during backoff, want still 1", got)
+	}
+	if time.Since(start) > time.Second {
+		t.Errorf("a call in backoff took %v; it should fail fast", time.Since(start))
+	}
+
+	// Once the backoff delay has passed, the next call dials again; the
+	// delay doubles after each failure.
+	deadline := time.Now().Add(defaultTestTimeout)
+	for d.n.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // waiting out the backoff is what is tested
+		_, _ = p.RoundTrip(testCtx(t), addr, newRequest("x"))
+	}
+	if time.Since(start) < backoffMin-10*time.Millisecond {
+		t.Errorf("redialed after %v, before the %v backoff", time.Since(start), backoffMin)
+	}
+	if got := d.n.Load(); got != 2 {
+		t.Fatalf("%d dials after the backoff, want 2", got)
+	}
+
+	// The address comes back: a successful dial resets the backoff.
+	serveAgain(t, p, addr, 20*time.Millisecond) // waiting out the backoff
+}
+
+func TestSharedFirstDial(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	var d countingDial
+	p := newPool(t, Config{ConnsPerAddr: 1, Dial: d.dial})
+	const callers = 32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Go(func() {
+			<-start
+			resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("first"))
+			if err != nil {
+				errs <- err
+				return
+			}
+			p.Release(resp)
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("RoundTrip: %v", err)
+	}
+	if got := d.n.Load(); got != 1 {
+		t.Errorf("%d dials for %d concurrent first calls, want 1", got, callers)
+	}
+}
+
+// serveAgain starts a server on addr, whose old one went away, and makes
+// calls through p, pace apart, until one succeeds; they may fail only as
+// not sent meanwhile.
+func serveAgain(t *testing.T, p *Pool, addr string, pace time.Duration) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen again on %s: %v", addr, err)
+	}
+	startServerOn(t, l, echo, ServerConfig{})
+	deadline := time.Now().Add(defaultTestTimeout)
+	for {
+		resp, err := p.RoundTrip(testCtx(t), addr, newRequest("again"))
+		if err == nil {
+			p.Release(resp)
+			return
+		}
+		if !errors.Is(err, ErrNotSent) || time.Now().After(deadline) {
+			t.Fatalf("RoundTrip once %s is back: %v", addr, err)
+		}
+		time.Sleep(pace)
+	}
+}
