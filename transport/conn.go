@@ -38,7 +38,6 @@ type clientConn struct {
 	// state holds a connState. It is read without mu and moved under mu
 	// (moveLocked).
 	state atomic.Uint32
-	dead  closedFlag
 
 	mu      sync.Mutex       // guards the fields below and moves of state
 	pending map[uint64]*call // two-way calls waiting for their response
@@ -46,15 +45,8 @@ type clientConn struct {
 	hb      *time.Timer      // the heartbeat timer; nil once closed
 }
 
-// closedFlag reads a connection's state as a closed flag (c.dead.Load()),
-// for tests written before connState.
-type closedFlag struct{ c *clientConn }
-
-func (f closedFlag) Load() bool { return f.c.isClosed() }
-
 func newClientConn(ep *endpoint, nc net.Conn) *clientConn {
 	c := &clientConn{ep: ep, nc: nc, pending: make(map[uint64]*call)}
-	c.dead.c = c
 	c.w.init(nc, c.writeFailed)
 	return c
 }

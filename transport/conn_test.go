@@ -270,7 +270,7 @@ func TestConnState(t *testing.T) {
 	first, second := errors.New("first"), errors.New("second")
 	c.close(first)
 	c.close(second)
-	if !c.isClosed() || !c.dead.Load() {
+	if !c.isClosed() {
 		t.Fatalf("state %d after close, want closed", c.load())
 	}
 	if err := c.closeErr(); err != first {

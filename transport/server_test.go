@@ -565,7 +565,7 @@ func TestShutdownPoolsCloseConnections(t *testing.T) {
 				}
 				e := (*p.eps.Load())[ts.addr]
 				for j := range e.slots {
-					if c := e.slots[j].Load(); c != nil && !c.dead.Load() {
+					if c := e.slots[j].Load(); c != nil && !c.isClosed() {
 						t.Errorf("pool %d: connection %d to the read-only address is still open", i, j)
 					}
 				}
