@@ -41,14 +41,14 @@ type Server struct {
 	unknownCodec [32]atomic.Bool
 }
 
-// NewServer returns a server; it does no I/O.
+// NewServer returns a server configured by opts. It does no I/O.
 func NewServer(opts ...Option) *Server {
 	s := &Server{}
 	s.opts.regTimeout = 5 * time.Second
 	for _, o := range opts {
 		o(&s.opts)
 	}
-	s.log = s.opts.transport.Logger
+	s.log = s.opts.logger
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -56,18 +56,23 @@ func NewServer(opts ...Option) *Server {
 	s.services.Store(&empty)
 	s.pub = newPublisher(&s.opts, s.log, func() map[string]*service { return *s.services.Load() })
 	s.decoders.New = func() any { d := &decoder{}; d.fn = d.decode; return d }
-	s.ts = transport.NewServer(s, s.opts.transport)
+	tc := s.opts.transport
+	if tc.Logger == nil {
+		tc.Logger = s.log
+	}
+	s.ts = transport.NewServer(s, tc)
 	return s
 }
 
-// RegisterService adds a service; generated RegisterXServer functions call
-// it. Registering the same service name twice is an error. A service
-// registered while the server is serving is published at once at every
-// address it serves (each Register bounded by the registry timeout); if
-// that fails, the service is taken back out and the error returned. If
-// Shutdown or Close begins meanwhile, what it published is withdrawn, the
-// service is taken out and the error wraps ErrServerClosed; a service
-// registered once they began is not published.
+// RegisterService adds a service. Generated RegisterXServer functions call
+// it. Registering the same service name twice is an error.
+//
+// A service registered while the server is serving is published at once,
+// at every address it serves. Each Register is bounded by the registry
+// timeout. If publishing fails, the service is taken back out and the
+// error returned. If Shutdown or Close begins meanwhile, what it published
+// is withdrawn, the service is taken out and the error wraps
+// ErrServerClosed. A service registered once they began is not published.
 func (s *Server) RegisterService(desc *ServiceDesc, impl any) error {
 	svc, err := newService(desc, impl)
 	if err != nil {
@@ -104,17 +109,21 @@ func (s *Server) swapServices(edit func(map[string]*service) error) error {
 	return nil
 }
 
-// Serve accepts connections on l and serves them until Shutdown or Close,
-// when it returns ErrServerClosed. With a registry, it first publishes every
-// registered service at the advertised address; if that fails it closes l
-// and returns the error. If Shutdown or Close begins while it publishes, it
-// withdraws what it registered (each bounded by the registry timeout) and
-// returns ErrServerClosed, joined with the withdrawal's error if that
-// failed. With WithRegistryCheck(false) it serves at once
-// and publishes in the background instead. If l fails on its
-// own (closed by someone else), Serve withdraws what it published before
-// it returns the accept error, so clients stop choosing an address nobody
-// answers at; if that withdrawal fails too, it returns both joined.
+// Serve accepts connections on l and serves them until Shutdown or Close.
+// It then returns ErrServerClosed.
+//
+// With a registry, Serve first publishes every registered service at the
+// advertised address. If that fails, it closes l and returns the error.
+// If Shutdown or Close begins while it publishes, it withdraws what it
+// registered, each bounded by the registry timeout. It then returns
+// ErrServerClosed, joined with the withdrawal's error if that failed. With
+// WithRegistryCheck(false) it serves at once and publishes in the
+// background instead.
+//
+// If l fails on its own (closed by someone else), Serve withdraws what it
+// published before it returns the accept error. Clients thus stop choosing
+// an address nobody answers at. If that withdrawal fails too, Serve
+// returns both errors joined.
 func (s *Server) Serve(l net.Listener) error {
 	pub, err := s.pub.open(l.Addr())
 	if err != nil {
@@ -148,31 +157,34 @@ func (s *Server) ListenAndServe(addr string) error {
 	return s.Serve(l)
 }
 
-// Shutdown stops the server gracefully: it withdraws the instances from the
-// registry, so clients stop choosing it, then stops accepting, tells clients
-// it is read-only, lets in-flight calls finish and closes the connections.
-// Each instance's withdrawal takes at most 5 s and the whole at most ctx, so
-// a registry that does not answer leaves the rest of ctx to the drain. When
-// ctx ends first it closes everything, cancels the handlers' contexts and
-// returns without waiting for handlers that ignore their contexts (see
-// WithWaitForHandlers). Shutdowns and Closes may overlap: the withdrawal
-// runs once and every caller waits for it before it stops the server.
+// Shutdown stops the server gracefully. It withdraws the instances from
+// the registry, so clients stop choosing it. It then stops accepting,
+// tells clients it is read-only, lets in-flight calls finish and closes
+// the connections.
 //
-// Shutdown returns nil when it withdrew everything and drained in time;
-// ctx.Err() itself when ctx ended first (so err ==
-// context.DeadlineExceeded holds); the withdrawal's error when withdrawing
-// failed; and the two joined when both happened, as when ctx ends during
-// the withdrawal (errors.Is finds each).
+// Each instance's withdrawal takes at most 5 s, and the whole at most ctx.
+// A registry that does not answer thus leaves the rest of ctx to the
+// drain. When ctx ends first, Shutdown closes everything and cancels the
+// handlers' contexts. It does not wait for handlers that ignore their
+// contexts (see transport.ServerConfig.WaitForHandlers). Shutdowns and
+// Closes may overlap: the withdrawal runs once, and every caller waits for
+// it before it stops the server.
+//
+// Shutdown returns nil when it withdrew everything and drained in time.
+// It returns ctx.Err() itself when ctx ended first, so err ==
+// context.DeadlineExceeded holds. It returns the withdrawal's error when
+// withdrawing failed. When both happened, as when ctx ends during the
+// withdrawal, it returns the two joined, and errors.Is finds each.
 func (s *Server) Shutdown(ctx context.Context) error {
 	werr := s.pub.withdraw(ctx)
 	return join(werr, s.ts.Shutdown(ctx))
 }
 
-// Close stops the server at once: listeners and connections close and
-// running handlers see their contexts cancelled (it does not wait for them
-// to return unless WithWaitForHandlers). It withdraws published instances
-// first, bounded by a short timeout, and returns the withdrawal's error,
-// or nil.
+// Close stops the server at once. Listeners and connections close, and
+// running handlers see their contexts cancelled. Close does not wait for
+// them to return, unless transport.ServerConfig.WaitForHandlers is set. It
+// first withdraws the published instances, within one second, and
+// returns the withdrawal's error, or nil.
 func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -180,8 +192,8 @@ func (s *Server) Close() error {
 	return join(werr, s.ts.Close())
 }
 
-// ServeRPC implements transport.Handler: it finds the service and method,
-// decodes the payload with the codec named by the header, runs the method
+// ServeRPC implements transport.Handler. It finds the service and method,
+// decodes the payload with the codec the header names, runs the method
 // and encodes its result.
 func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 	svc := (*s.services.Load())[req.Service]
@@ -232,11 +244,11 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 }
 
 // handlerStatus maps a handler's error to a response status. A status the
-// handler chose on purpose (a local *protocol.Error of 25, 40, 60 or 70)
-// passes; everything else, including errors the handler got from calls it
-// made itself, becomes 70: the caller must not mistake a downstream
-// timeout for one of its own.
+// handler chose on purpose passes: a local *protocol.Error of 25, 40, 60
+// or 70. Everything else becomes 70.
 func handlerStatus(err error) (protocol.Status, string) {
+	// An error the handler got from a call of its own is Remote: the
+	// caller must not mistake a downstream timeout for one of its own.
 	var pe *protocol.Error
 	if errors.As(err, &pe) && !pe.Remote {
 		switch pe.Status {
@@ -265,6 +277,7 @@ func bareText(pe *protocol.Error) string {
 	return s
 }
 
+// setError makes resp an error response of status s saying msg.
 func setError(resp *protocol.Message, s protocol.Status, msg string) {
 	resp.Header.SetStatus(s)
 	resp.Payload = append(resp.Payload[:0], msg...)
@@ -307,17 +320,17 @@ func requestMetadata(ctx context.Context) (map[string]string, string) {
 // Attachments returns the attachments the caller sent with the request
 // being served (trace ids, auth), or nil. The idempotency key and the
 // timeout are not among them: see IdempotencyKey and ctx.Deadline. The map
-// is the request's own and stays valid on a context kept after the call;
-// read it, do not modify it.
+// is the request's own. It stays valid on a context kept after the call.
+// Read it; do not modify it.
 func Attachments(ctx context.Context) map[string]string {
 	attachments, _ := requestMetadata(ctx)
 	return attachments
 }
 
-// IdempotencyKey returns the idempotency key of the request being served:
-// every attempt of one client call carries the same key, so a handler can
-// use it to recognise a retry. Empty when the caller sent none. A context
-// kept after the call still answers with its own request's key.
+// IdempotencyKey returns the idempotency key of the request being served,
+// or "" when the caller sent none. Every attempt of one client call
+// carries the same key, so a handler can use it to recognise a retry. A
+// context kept after the call still answers with its own request's key.
 func IdempotencyKey(ctx context.Context) string {
 	_, key := requestMetadata(ctx)
 	return key

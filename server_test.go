@@ -666,3 +666,57 @@ func rawCall(ctx context.Context, t *testing.T, addr, service, method string, se
 	}
 	return err
 }
+
+// TestWithTransport: the transport.ServerConfig given to WithTransport
+// takes effect, and its nil Logger gets the server's logger.
+func TestWithTransport(t *testing.T) {
+	t.Run("MaxConcurrent", func(t *testing.T) {
+		p := newProbe()
+		_, addr := startServer(t, p, dabb.WithTransport(transport.ServerConfig{MaxConcurrent: 1}))
+		c := newClient(t, addr)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		blocked := make(chan error, 1)
+		go func() {
+			_, err := call(ctx, c, "block")
+			blocked <- err
+		}()
+		select {
+		case <-p.started:
+		case err := <-blocked:
+			t.Fatalf("the blocking call ended before its handler started: %v", err)
+		}
+		_, err := call(ctx, c, "echo")
+		if pe := statusOf(t, err); pe.Status != protocol.StatusServerThreadpoolExhausted {
+			t.Errorf("a second call with MaxConcurrent 1: %v, want status 100", err)
+		}
+		close(p.release)
+		if err := <-blocked; err != nil {
+			t.Errorf("the blocking call: %v", err)
+		}
+	})
+	t.Run("Logger", func(t *testing.T) {
+		for _, own := range []bool{false, true} {
+			serverLogs, transportLogs := &logLines{}, &logLines{}
+			cfg := transport.ServerConfig{}
+			if own {
+				cfg.Logger = slog.New(slog.NewTextHandler(transportLogs, nil))
+			}
+			p := newProbe()
+			_, addr := startServer(t, p, dabb.WithTransport(cfg), dabb.WithLogger(slog.New(slog.NewTextHandler(serverLogs, nil))))
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			if _, err := call(ctx, newClient(t, addr), "panic"); err == nil {
+				t.Error("a call that panics succeeded")
+			}
+			cancel()
+			want, other := serverLogs, transportLogs
+			if own {
+				want, other = transportLogs, serverLogs
+			}
+			if want.count("handler panic") != 1 || other.count("handler panic") != 0 {
+				t.Errorf("own transport logger %v: the panic was logged %d times where it belongs, %d elsewhere",
+					own, want.count("handler panic"), other.count("handler panic"))
+			}
+		}
+	})
+}
