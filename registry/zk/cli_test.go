@@ -74,7 +74,7 @@ func TestLayoutWithZooKeeperShell(t *testing.T) {
 	if get := cli("get", p); !has(get, string(data)) {
 		t.Errorf("get %s lacks the instance as JSON, %s", p, data)
 	}
-	owner := fmt.Sprintf("ephemeralOwner = 0x%x", r.conn.SessionID())
+	owner := fmt.Sprintf("ephemeralOwner = 0x%x", r.sess.conn.SessionID())
 	if stat := cli("stat", p); !has(stat, owner) {
 		t.Errorf("stat %s lacks %q", p, owner)
 	}

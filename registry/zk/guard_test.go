@@ -63,7 +63,7 @@ func staysGone(t *testing.T, raw *zk.Conn, p string, d time.Duration, step strin
 // checkOurs checks that data and stat are those of r's node for in.
 func checkOurs(t *testing.T, r *Registry, in registry.Instance, data []byte, stat *zk.Stat, step string) {
 	t.Helper()
-	if want := r.conn.SessionID(); stat.EphemeralOwner != want {
+	if want := r.sess.conn.SessionID(); stat.EphemeralOwner != want {
 		t.Fatalf("%s: ephemeralOwner = %#x, want the registry's session %#x", step, stat.EphemeralOwner, want)
 	}
 	var got registry.Instance
@@ -185,8 +185,8 @@ func TestNoFightOverOneID(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("ExistsW %s = %v, %v; want it there", p, ok, err)
 	}
-	if stat.EphemeralOwner != second.conn.SessionID() {
-		t.Fatalf("ephemeralOwner = %#x, want the second session %#x", stat.EphemeralOwner, second.conn.SessionID())
+	if stat.EphemeralOwner != second.sess.conn.SessionID() {
+		t.Fatalf("ephemeralOwner = %#x, want the second session %#x", stat.EphemeralOwner, second.sess.conn.SessionID())
 	}
 	timer := time.NewTimer(time.Second)
 	defer timer.Stop()
@@ -194,7 +194,7 @@ func TestNoFightOverOneID(t *testing.T) {
 	case ev := <-ch:
 		_, stat, _ := raw.Exists(p)
 		t.Fatalf("%s changed (%v) after the takeover; owner now %#x (first %#x, second %#x)",
-			p, ev.Type, stat.EphemeralOwner, first.conn.SessionID(), second.conn.SessionID())
+			p, ev.Type, stat.EphemeralOwner, first.sess.conn.SessionID(), second.sess.conn.SessionID())
 	case <-timer.C:
 	}
 
@@ -217,12 +217,12 @@ func TestNoTakeBackOnReconnect(t *testing.T) {
 	first := newRegistry(t, Config{Servers: []string{px.Addr()}, SessionTimeout: 6 * time.Second, RequestTimeout: 2 * time.Second})
 	second := shared(t)
 	restored := make(chan int64, 16)
-	first.sessionHook = func(id int64) {
+	setSessionHook(t, first, func(id int64) {
 		select {
 		case restored <- id:
 		default:
 		}
-	}
+	})
 	in := inst(serviceFor(t), "20001")
 	in.Metadata = map[string]string{"generation": "1"}
 	if err := first.Register(ctxFor(t, 5*time.Second), in); err != nil {
@@ -235,14 +235,14 @@ func TestNoTakeBackOnReconnect(t *testing.T) {
 	}
 	raw := rawConn(t, srv.Addr())
 	p := second.NodePath(in.Service, in.ID)
-	if _, stat, err := raw.Get(p); err != nil || stat.EphemeralOwner != second.conn.SessionID() {
+	if _, stat, err := raw.Get(p); err != nil || stat.EphemeralOwner != second.sess.conn.SessionID() {
 		t.Fatalf("after the takeover: %v; want the second session to own %s", err, p)
 	}
 	for len(restored) > 0 {
 		<-restored
 	}
 
-	session := first.conn.SessionID()
+	session := first.sess.conn.SessionID()
 	px.Cut()
 	time.Sleep(300 * time.Millisecond) // a blip, well within the 6 s session timeout
 	px.Restore()
@@ -258,7 +258,7 @@ func TestNoTakeBackOnReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Get %s after the reconnect: %v", p, err)
 	}
-	if stat.EphemeralOwner != second.conn.SessionID() {
+	if stat.EphemeralOwner != second.sess.conn.SessionID() {
 		t.Fatalf("after a reconnect on the same session the first registry took %s back (owner %#x, data %s)", p, stat.EphemeralOwner, data)
 	}
 }
@@ -270,17 +270,17 @@ func TestRecreatesDeletedNodeAfterNewSession(t *testing.T) {
 	px := startProxy(t, srv.Addr())
 	r := newRegistry(t, Config{Servers: []string{px.Addr()}, SessionTimeout: time.Second, RequestTimeout: 2 * time.Second})
 	sessions := make(chan int64, 16)
-	r.sessionHook = func(id int64) {
+	setSessionHook(t, r, func(id int64) {
 		select {
 		case sessions <- id:
 		default:
 		}
-	}
+	})
 	in := inst(serviceFor(t), "20001")
 	if err := r.Register(ctxFor(t, 5*time.Second), in); err != nil {
 		t.Fatal(err)
 	}
-	old := r.conn.SessionID()
+	old := r.sess.conn.SessionID()
 	raw := rawConn(t, srv.Addr())
 	p := r.NodePath(in.Service, in.ID)
 	ok, _, gone, err := raw.ExistsW(p)
@@ -368,7 +368,7 @@ func TestRestoresDataChangedBeforeTheWatch(t *testing.T) {
 	p := r.NodePath(in.Service, in.ID)
 	var once sync.Once
 	changed := make(chan struct{})
-	r.armHook = func(hp string) {
+	setArmHook(t, r, func(hp string) {
 		if hp == p {
 			once.Do(func() {
 				if _, err := raw.Set(p, []byte(`{"second":true}`), -1); err != nil {
@@ -377,7 +377,7 @@ func TestRestoresDataChangedBeforeTheWatch(t *testing.T) {
 				close(changed)
 			})
 		}
-	}
+	})
 	if err := r.Register(ctxFor(t, 5*time.Second), in); err != nil {
 		t.Fatal(err)
 	}

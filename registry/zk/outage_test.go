@@ -57,7 +57,7 @@ func TestOutageKeepsLastSetAndRecovers(t *testing.T) {
 	restarted := time.Now()
 	// Calls are bounded by RequestTimeout; give the client time to notice
 	// the server is back.
-	if err := provider.waitSession(ctxFor(t, 10*time.Second), provider.conn); err != nil {
+	if err := provider.waitSession(ctxFor(t, 10*time.Second), provider.sess.conn); err != nil {
 		t.Fatalf("no session after the restart: %v", err)
 	}
 	t.Logf("session back %v after ZooKeeper restarted", time.Since(restarted))

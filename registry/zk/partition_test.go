@@ -194,7 +194,7 @@ func TestPartitionLongerThanSession(t *testing.T) {
 	}
 	defer ow.Stop()
 	waitSet(t, ow, time.Second, "the other client, before the partition", a, c)
-	oldSession := cutOff.conn.SessionID()
+	oldSession := cutOff.sess.conn.SessionID()
 
 	cut := time.Now() // before: the client may see the cut first
 	px.Cut()
@@ -219,9 +219,9 @@ func TestPartitionLongerThanSession(t *testing.T) {
 	healed := time.Now()
 	waitSet(t, ow, 5*time.Second, "the cut-off client registers again", a, b, c)
 	waitSet(t, w, 5*time.Second-time.Since(healed), "the cut-off watcher catches up", a, b, c)
-	newSession := cutOff.conn.SessionID()
-	if newSession == oldSession || cutOff.conn.State() != zk.StateHasSession {
-		t.Fatalf("session %#x (state %v) after the partition, want a new one (old %#x)", newSession, cutOff.conn.State(), oldSession)
+	newSession := cutOff.sess.conn.SessionID()
+	if newSession == oldSession || cutOff.sess.conn.State() != zk.StateHasSession {
+		t.Fatalf("session %#x (state %v) after the partition, want a new one (old %#x)", newSession, cutOff.sess.conn.State(), oldSession)
 	}
 	_, stat, err := rawConn(t, srv.Addr()).Get(cutOff.NodePath(svc, c.ID))
 	if err != nil || stat.EphemeralOwner != newSession {

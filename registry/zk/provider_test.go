@@ -45,21 +45,18 @@ func runProvider() int {
 			fmt.Printf("session=%d\n", session)
 		}
 	}
-	r.sessionHook = func(session int64) {
-		r.mu.Lock()
-		_, ok := r.owned[p]
-		r.mu.Unlock()
-		if ok {
+	setSessionHook(nil, r, func(session int64) {
+		if _, ok := r.owns(p); ok {
 			report(session)
 		}
-	}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := r.Register(ctx, in); err != nil {
 		fmt.Fprintln(os.Stderr, "provider:", err)
 		return 1
 	}
-	report(r.conn.SessionID())
+	report(r.sess.conn.SessionID())
 	io.Copy(io.Discard, os.Stdin) // until the test is done with us
 	r.Close()
 	return 0

@@ -185,8 +185,8 @@ func TestLayout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Get %s: %v", p, err)
 	}
-	if stat.EphemeralOwner == 0 || stat.EphemeralOwner != r.conn.SessionID() {
-		t.Fatalf("%s: ephemeralOwner = %#x, want the registry's session %#x", p, stat.EphemeralOwner, r.conn.SessionID())
+	if stat.EphemeralOwner == 0 || stat.EphemeralOwner != r.sess.conn.SessionID() {
+		t.Fatalf("%s: ephemeralOwner = %#x, want the registry's session %#x", p, stat.EphemeralOwner, r.sess.conn.SessionID())
 	}
 	var got registry.Instance
 	if err := json.Unmarshal(data, &got); err != nil {
@@ -235,8 +235,8 @@ func TestReplacesNodeOfOldSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stat.EphemeralOwner != r.conn.SessionID() {
-		t.Fatalf("ephemeralOwner = %#x, want the new session %#x (old %#x)", stat.EphemeralOwner, r.conn.SessionID(), old.conn.SessionID())
+	if stat.EphemeralOwner != r.sess.conn.SessionID() {
+		t.Fatalf("ephemeralOwner = %#x, want the new session %#x (old %#x)", stat.EphemeralOwner, r.sess.conn.SessionID(), old.sess.conn.SessionID())
 	}
 	if !strings.Contains(string(data), `"generation":"2"`) {
 		t.Fatalf("node holds %s, want the new instance", data)
@@ -328,7 +328,7 @@ func TestNewDoesNoIOAndValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.conn != nil || r.dialing != nil {
+	if r.sess.conn != nil || r.sess.dialing != nil {
 		t.Fatal("New connected")
 	}
 	cfg := r.Config()
