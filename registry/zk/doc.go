@@ -33,15 +33,16 @@
 //
 // New does no I/O: the connection is made on first use. Every call waits
 // for a live session at most until its context ends or
-// [Config.RequestTimeout] passes, so a ZooKeeper that is down makes calls
-// fail, never hang. A watcher keeps its last set while ZooKeeper is
-// unreachable and resumes when the session is back. When the session has
-// been down for the session timeout ZooKeeper granted
-// ([Registry.SessionTimeout]; by then ZooKeeper has expired it, unless
-// only this client was cut off, and the set may have changed unseen), Next
-// returns an error wrapping [ErrNoSession], and so registry.ErrUnavailable,
-// once; the call after that returns the full set as soon as a session is
-// back and the set has been read again.
+// [Config.RequestTimeout] passes. A ZooKeeper that is down thus makes
+// calls fail, never hang. A watcher keeps its last set while ZooKeeper is
+// unreachable, and resumes when the session is back.
+//
+// The session may stay down for the session timeout ZooKeeper granted
+// ([Registry.SessionTimeout]). By then ZooKeeper has expired it, unless
+// only this client was cut off, and the set may have changed unseen. Next
+// then returns an error wrapping [ErrNoSession], and so
+// registry.ErrUnavailable, once. The call after that returns the full set
+// as soon as a session is back and the set has been read again.
 //
 // A Registry implements [registry.Reachability]: a [registry.Cache] whose
 // first lookup got no answer says whether ZooKeeper could not be reached.

@@ -235,13 +235,10 @@ const maxAttempts = 5
 
 // ensure makes p an ephemeral node of the current session holding data.
 // A node of another session or with other data is replaced in one
-// transaction, so watchers never see the instance missing. Without
-// takeOver (the keeper's restore after a reconnect or a new session) only
-// a node of an earlier session of ours is replaced: one that another
-// process took over since is left to it, as the guard does, or two
-// processes under one instance ID would take it from each other at every
-// reconnect. Register takes over: a restarted process replaces the node
-// its predecessor's session still holds.
+// transaction, so watchers never see the instance missing. With takeOver
+// (Register), a node of any session is replaced: a restarted process
+// replaces the node its predecessor's session still holds. Without it
+// (the keeper's restore), only a node of an earlier session of ours is.
 func (r *Registry) ensure(conn *zk.Conn, p string, data []byte, takeOver bool) error {
 	r.kept.mu.Lock()
 	r.kept.sessions[conn.SessionID()] = true
@@ -274,6 +271,9 @@ func (r *Registry) ensure(conn *zk.Conn, p string, data []byte, takeOver bool) e
 			r.kept.mu.Lock()
 			mine := r.kept.sessions[stat.EphemeralOwner]
 			r.kept.mu.Unlock()
+			// A node another process took over since is left to it, as
+			// the guard does. Else two processes under one instance ID
+			// would take it from each other at every reconnect.
 			if !takeOver && !mine && stat.EphemeralOwner != 0 {
 				r.log.Warn("instance node is held by another session; not taking it back", "path", p,
 					"owner", sessionHex(stat.EphemeralOwner), "session", sessionHex(session))

@@ -47,10 +47,10 @@ type dial struct {
 }
 
 // SessionTimeout returns the session timeout ZooKeeper granted for the
-// current session (or the latest one), which may differ from the one
-// Config.SessionTimeout asked for; before the first session, the one asked
-// for. ZooKeeper expires a session it has not heard from for that long,
-// and the registry times its outage reports by it.
+// current session, or the latest one. It may differ from the one
+// Config.SessionTimeout asked for, which it returns before the first
+// session. ZooKeeper expires a session it has not heard from for that
+// long, and the registry times its outage reports by it.
 func (r *Registry) SessionTimeout() time.Duration {
 	if t := r.dialer.sessionTimeout(); t > 0 {
 		return t
@@ -58,12 +58,13 @@ func (r *Registry) SessionTimeout() time.Duration {
 	return r.cfg.SessionTimeout
 }
 
-// Unreachable implements registry.Reachability: it returns an error
-// wrapping ErrNoSession, and so registry.ErrUnavailable, naming the
-// servers and why, when the client has no connection to ZooKeeper and
-// its latest one broke (the server closed it or went silent) or its
-// latest attempt to connect failed; nil when it is connected (with or
-// without a session yet), has not tried yet, or is closed.
+// Unreachable implements registry.Reachability. It returns an error when
+// the client has no connection to ZooKeeper and its latest one broke (the
+// server closed it or went silent), or its latest attempt to connect
+// failed. The error wraps ErrNoSession, and so registry.ErrUnavailable,
+// and names the servers and why. Unreachable returns nil when the client
+// is connected (with or without a session yet), has not tried yet, or is
+// closed.
 func (r *Registry) Unreachable() error {
 	r.sess.mu.Lock()
 	conn, closed := r.sess.conn, r.sess.closed

@@ -12,10 +12,10 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Watch starts following the instances of service: it reads the current
-// set (so that the first Next returns at once) and then re-reads it after
-// every change of the service node's children. ctx bounds only this call,
-// like RequestTimeout; the watch lasts until Stop or Close.
+// Watch starts following the instances of service. It reads the current
+// set, so that the first Next returns at once. It then reads the set again
+// after every change of the service node's children. ctx bounds only this
+// call, as RequestTimeout does; the watch lasts until Stop or Close.
 func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher, error) {
 	if err := validService(service); err != nil {
 		return nil, fmt.Errorf("zk: watch: %w", err)

@@ -43,16 +43,12 @@ type Config struct {
 	// Prefix is the root under which services live; default
 	// registry.DefaultPrefix, "/services".
 	Prefix string
-	// SessionTimeout is the session timeout asked of ZooKeeper; default
+	// SessionTimeout is the session timeout asked of ZooKeeper. Default
 	// 10 s. ZooKeeper grants one within its minSessionTimeout and
-	// maxSessionTimeout (by default 2 and 20 ticks), which
-	// [Registry.SessionTimeout] returns once a session is established:
-	// an instance whose owner dies disappears after the one granted, and
-	// a watcher reports an outage once the session has been down for it.
-	// Divided by the number of servers, the timeout (asked for, then
-	// granted) also bounds each connection handshake, so a server that
-	// accepts connections but does not answer delays the move to the next
-	// one by that much at most.
+	// maxSessionTimeout, 2 and 20 ticks by default; see
+	// [Registry.SessionTimeout]. An instance whose owner dies disappears
+	// after the one granted, and watchers report an outage after it. The
+	// timeout divided by the number of servers bounds each handshake.
 	SessionTimeout time.Duration
 	// RequestTimeout bounds each call (Register, Deregister, Watch) when
 	// its context has no earlier deadline, the wait for a session
