@@ -27,13 +27,12 @@ var ErrServerClosed = transport.ErrServerClosed
 //	inventory.RegisterInventoryServer(s, impl)
 //	err := s.ListenAndServe("127.0.0.1:20880")
 type Server struct {
-	opts     options
-	log      *slog.Logger
-	ts       *transport.Server
-	services atomic.Pointer[map[string]*service] // copy on write
-
-	mu  sync.Mutex // serializes RegisterService's copy-on-write of services
+	log *slog.Logger
+	ts  *transport.Server
 	pub *publisher
+
+	services atomic.Pointer[map[string]*service] // copied on write, under mu
+	mu       sync.Mutex                          // serializes the copies of services
 
 	decoders sync.Pool // *decoder
 	// unknownCodec marks the serialization ids already logged as not
@@ -43,20 +42,19 @@ type Server struct {
 
 // NewServer returns a server configured by opts. It does no I/O.
 func NewServer(opts ...Option) *Server {
-	s := &Server{}
-	s.opts.regTimeout = 5 * time.Second
-	for _, o := range opts {
-		o(&s.opts)
+	o := options{regTimeout: 5 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
 	}
-	s.log = s.opts.logger
+	s := &Server{log: o.logger}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	empty := map[string]*service{}
 	s.services.Store(&empty)
-	s.pub = newPublisher(&s.opts, s.log, func() map[string]*service { return *s.services.Load() })
+	s.pub = newPublisher(&o, s.log, func() map[string]*service { return *s.services.Load() })
 	s.decoders.New = func() any { d := &decoder{}; d.fn = d.decode; return d }
-	tc := s.opts.transport
+	tc := o.transport
 	if tc.Logger == nil {
 		tc.Logger = s.log
 	}
