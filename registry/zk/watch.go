@@ -1,3 +1,5 @@
+// Watching a service: the set of its instances, now and after each change.
+
 package zk
 
 import (
