@@ -1,6 +1,6 @@
-// Package dabb is interface-first RPC for Go: write a Go interface, let
-// rpcgen write the typed client stub and the server glue, and calls travel
-// as Dubbo-compatible frames over a few pooled TCP connections to instances
+// Package dabb is interface-first RPC for Go. Write a Go interface, and
+// rpcgen writes the typed client stub and the server glue. Calls travel as
+// Dubbo-compatible frames over a few pooled TCP connections, to instances
 // found in ZooKeeper or etcd.
 //
 // This package is the server side. A service is an interface whose methods
@@ -27,12 +27,13 @@
 //	inv := inventory.NewInventoryClient(c)
 //	reply, err := inv.Deduct(ctx, &pb.DeductRequest{Sku: "sku-42", Count: 1})
 //
-// A handler's error reaches the caller as status 70 (service error) with the
-// error's text; a handler may choose 25 (serialization error), 40 (bad
+// A handler's error reaches the caller as status 70 (service error), with
+// the error's text. A handler may choose 25 (serialization error), 40 (bad
 // request) or 60 (not found) by returning a *protocol.Error with that
-// status. Any other status, and any status of an error the handler got
-// from a call of its own, reaches the caller as 70: a caller must not take
-// a downstream timeout or overload for one of this server. The request's deadline
-// budget is the handler context's deadline; calls made with that context
-// pass what remains of it on.
+// status. Any other status reaches the caller as 70. So does any status of
+// an error the handler got from a call of its own: a caller must not take
+// a downstream timeout or overload for one of this server.
+//
+// The request's deadline budget is the handler context's deadline. Calls
+// made with that context pass what remains of it on.
 package dabb

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/registry"
+	_ "github.com/dabbrpc/dabb/registry/etcd"
+	_ "github.com/dabbrpc/dabb/registry/zk"
 )
 
 // gatedRegistry is a registry (a fake, for the server's ordering above the
@@ -476,3 +480,317 @@ func (h chanHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h chanHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h chanHandler) WithGroup(string) slog.Handler      { return h }
+
+// completingRegistry is a registry whose held Register, once started,
+// completes: it waits for release (the write already on its way to the
+// backend, as an etcd Put or a ZooKeeper create that was sent) and then
+// succeeds, even if its context was cancelled meanwhile. The server's 5 s
+// registry timeout is never reached in these tests.
+type completingRegistry struct {
+	held       string      // the service whose Register waits for release; "" for all
+	entered    chan string // the service of each Register that waits
+	release    chan struct{}
+	registered chan string // the service of each Register that succeeded
+	mu         sync.Mutex
+	live       map[string]registry.Instance
+}
+
+func newCompletingRegistry(held string) *completingRegistry {
+	return &completingRegistry{held: held, entered: make(chan string, 8), release: make(chan struct{}),
+		registered: make(chan string, 8), live: map[string]registry.Instance{}}
+}
+
+func (r *completingRegistry) Register(_ context.Context, in registry.Instance) error {
+	if r.held == "" || r.held == in.Service {
+		r.entered <- in.Service
+		<-r.release
+	}
+	r.mu.Lock()
+	r.live[in.Service] = in
+	r.mu.Unlock()
+	r.registered <- in.Service
+	return nil
+}
+
+func (r *completingRegistry) Deregister(_ context.Context, in registry.Instance) error {
+	r.mu.Lock()
+	delete(r.live, in.Service)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *completingRegistry) Watch(context.Context, string) (registry.Watcher, error) {
+	return nil, errors.New("completing: no watch")
+}
+
+func (r *completingRegistry) Close() error { return nil }
+
+// listed returns the services the registry lists, sorted.
+func (r *completingRegistry) listed() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Sorted(maps.Keys(r.live))
+}
+
+func awaitService(t *testing.T, ch <-chan string, want, what string) {
+	t.Helper()
+	select {
+	case got := <-ch:
+		if got != want {
+			t.Fatalf("%s: got %s, want %s", what, got, want)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("%s: none for %s", what, want)
+	}
+}
+
+// TestServeShutDownWhilePublishingLeavesNothing: Shutdown begins while
+// Serve is publishing and gives up waiting for it when its ctx ends; the
+// Register under way then succeeds. Serve withdraws that instance itself
+// before it returns ErrServerClosed: the withdrawal is over, and nothing
+// else would.
+func TestServeShutDownWhilePublishingLeavesNothing(t *testing.T) {
+	reg := newCompletingRegistry("")
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	_, done := serveGated(t, s)
+	awaitService(t, reg.entered, probeDesc.Name, "Serve's Register")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown = %v, want it to give up waiting for the publishing Serve", err)
+	}
+	close(reg.release) // the Register that was under way succeeds
+	awaitService(t, reg.registered, probeDesc.Name, "the late Register")
+	select {
+	case err := <-done:
+		if err != dabb.ErrServerClosed {
+			t.Errorf("Serve = %v, want ErrServerClosed", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Serve did not return")
+	}
+	if got := reg.listed(); len(got) != 0 {
+		t.Errorf("after Shutdown and Serve's return the registry lists %v: clients keep choosing a closed server", got)
+	}
+}
+
+// TestRegisterServiceShutDownWhilePublishingLeavesNothing: Shutdown
+// begins while RegisterService publishes a service on a serving server
+// and gives up waiting for it. It still withdraws what was published
+// before; the Register under way then succeeds, and RegisterService
+// withdraws that instance itself and reports ErrServerClosed.
+func TestRegisterServiceShutDownWhilePublishingLeavesNothing(t *testing.T) {
+	second := probeDesc
+	second.Name = "test.Probe2"
+	reg := newCompletingRegistry(second.Name)
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	_, done := serveGated(t, s)
+	awaitService(t, reg.registered, probeDesc.Name, "Serve's Register")
+	regErr := make(chan error, 1)
+	go func() { regErr <- s.RegisterService(&second, newProbe()) }()
+	awaitService(t, reg.entered, second.Name, "RegisterService's Register")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown = %v, want it to give up waiting for RegisterService", err)
+	}
+	if got := reg.listed(); len(got) != 0 {
+		t.Errorf("Shutdown left %v in the registry while a RegisterService was publishing", got)
+	}
+	close(reg.release) // the Register that was under way succeeds
+	awaitService(t, reg.registered, second.Name, "the late Register")
+	select {
+	case err := <-regErr:
+		if !errors.Is(err, dabb.ErrServerClosed) {
+			t.Errorf("RegisterService = %v, want an error wrapping ErrServerClosed", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("RegisterService did not return")
+	}
+	if got := reg.listed(); len(got) != 0 {
+		t.Errorf("after Shutdown and RegisterService's return the registry lists %v", got)
+	}
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatal("Serve did not return")
+	}
+
+	// Once shutdown began, a service is not published at all.
+	third := probeDesc
+	third.Name = "test.Probe3"
+	if err := s.RegisterService(&third, newProbe()); err != nil {
+		t.Errorf("RegisterService after Shutdown: %v", err)
+	}
+	if got := reg.listed(); len(got) != 0 {
+		t.Errorf("RegisterService after Shutdown published: the registry lists %v", got)
+	}
+}
+
+// deregisterFails is a registry whose Deregister fails with errWithdraw.
+type deregisterFails struct{ *gatedRegistry }
+
+var errWithdraw = errors.New("registry refuses to withdraw")
+
+func (deregisterFails) Deregister(context.Context, registry.Instance) error { return errWithdraw }
+
+// TestShutdownAndCloseReturnWithdrawalErrorItself: when withdrawing fails
+// and nothing else does, Shutdown and Close return the withdrawal's error,
+// not a join wrapping it alone.
+func TestShutdownAndCloseReturnWithdrawalErrorItself(t *testing.T) {
+	for name, stop := range map[string]func(*dabb.Server) error{
+		"Shutdown": func(s *dabb.Server) error { return s.Shutdown(context.Background()) },
+		"Close":    (*dabb.Server).Close,
+	} {
+		t.Run(name, func(t *testing.T) {
+			reg := deregisterFails{newGatedRegistry("")}
+			s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet))
+			if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+				t.Fatal(err)
+			}
+			addr, done := serveGated(t, s)
+			awaitEntered(t, reg.gatedRegistry, "register "+probeDesc.Name)
+			// Serve answers once it has published (a shutdown while it
+			// publishes ends differently: TestServeShutDownWhilePublishingLeavesNothing).
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			if _, err := call(ctx, newClient(t, addr), "echo"); err != nil {
+				t.Fatalf("a call to the serving server: %v", err)
+			}
+			err := stop(s)
+			if !errors.Is(err, errWithdraw) {
+				t.Errorf("%s = %v, want the withdrawal's error", name, err)
+			}
+			if joined(err) {
+				t.Errorf("%s returned %v wrapped in a join of one", name, err)
+			}
+			if err := <-done; err != dabb.ErrServerClosed { // the identity is the point
+				t.Errorf("Serve = %v, want ErrServerClosed", err)
+			}
+		})
+	}
+}
+
+// serverWithDeadEtcd returns a server (with opts) whose registry is an
+// etcd nobody listens at, and a listener for it.
+func serverWithDeadEtcd(t *testing.T, opts ...dabb.Option) (*dabb.Server, net.Listener) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	reg := openRegistry(t, "etcd://"+dead+"/services?timeout=500ms&dial_timeout=200ms")
+	s := dabb.NewServer(append([]dabb.Option{dabb.WithRegistry(reg), dabb.WithLogger(quiet)}, opts...)...)
+	if err := s.RegisterService(&probeDesc, newProbe()); err != nil {
+		t.Fatal(err)
+	}
+	sl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, sl
+}
+
+// TestServeFailsWhenRegistryIsDown: a server that cannot publish itself
+// says so at start, within the registry's request timeout, instead of
+// serving unseen; its listener is closed.
+func TestServeFailsWhenRegistryIsDown(t *testing.T) {
+	s, sl := serverWithDeadEtcd(t)
+	start := time.Now()
+	err := s.Serve(sl)
+	if err == nil || !strings.Contains(err.Error(), "publish test.Probe") {
+		t.Fatalf("Serve with the registry down returned %v, want a publish error", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("Serve took %v to give up", el)
+	}
+	if c, err := net.DialTimeout("tcp", sl.Addr().String(), time.Second); err == nil {
+		c.Close()
+		t.Fatal("the listener is still open after Serve failed")
+	}
+	s.Close()
+}
+
+// TestServeWhileEtcdIsDown: with WithRegistryCheck(false), a server whose
+// etcd cannot be reached serves anyway and keeps publishing in the
+// background (etcd's errors count as unreachable); Close ends it, and the
+// listener with it.
+func TestServeWhileEtcdIsDown(t *testing.T) {
+	s, sl := serverWithDeadEtcd(t, dabb.WithRegistryCheck(false))
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(sl) }()
+	c, err := net.DialTimeout("tcp", sl.Addr().String(), 10*time.Second)
+	if err != nil {
+		t.Fatalf("the server does not accept while etcd is down: %v", err)
+	}
+	c.Close()
+	// The first publishing attempt takes the registry's 500 ms timeout;
+	// Serve has not given up by well after it.
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned %v with etcd down, want it serving", err)
+	case <-time.After(2 * time.Second): // a bound on what must not happen
+	}
+	s.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, dabb.ErrServerClosed) {
+			t.Errorf("Serve after Close = %v, want ErrServerClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after Close")
+	}
+	if c, err := net.DialTimeout("tcp", sl.Addr().String(), time.Second); err == nil {
+		c.Close()
+		t.Fatal("the listener is still open after Close")
+	}
+}
+
+// TestAdvertiseAddr: the address published is the configured one, else
+// the listener's with an unspecified host replaced by a real one.
+func TestAdvertiseAddr(t *testing.T) {
+	tests := []struct {
+		name       string
+		configured string
+		listen     *net.TCPAddr
+		exact      string // the exact answer, or "" for "a real host, same port"
+	}{
+		{"configured wins", "10.1.2.3:9000", &net.TCPAddr{IP: net.IPv4zero, Port: 20880}, "10.1.2.3:9000"},
+		{"specific host kept", "", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 20880}, "127.0.0.1:20880"},
+		{"0.0.0.0 replaced", "", &net.TCPAddr{IP: net.IPv4zero, Port: 20880}, ""},
+		{":: replaced", "", &net.TCPAddr{IP: net.IPv6unspecified, Port: 20881}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := dabb.AdvertiseAddr(tt.configured, tt.listen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.exact != "" {
+				if got != tt.exact {
+					t.Fatalf("got %q, want %q", got, tt.exact)
+				}
+				return
+			}
+			host, port, err := net.SplitHostPort(got)
+			if err != nil {
+				t.Fatalf("%q: %v", got, err)
+			}
+			if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+				t.Fatalf("advertised %q: the host must be a real address", got)
+			}
+			if port != "20880" && port != "20881" {
+				t.Fatalf("advertised %q: the port changed", got)
+			}
+		})
+	}
+}

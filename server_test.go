@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-	gproto "google.golang.org/protobuf/proto"
-
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/balancer"
 	_ "github.com/dabbrpc/dabb/codec/proto"
@@ -27,6 +24,8 @@ import (
 	"github.com/dabbrpc/dabb/registry"
 	"github.com/dabbrpc/dabb/registry/static"
 	"github.com/dabbrpc/dabb/transport"
+	"go.uber.org/goleak"
+	gproto "google.golang.org/protobuf/proto"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -668,4 +667,156 @@ func rawCall(ctx context.Context, t *testing.T, addr, service, method string, se
 		t.Fatalf("%s.%s: call succeeded, want an error", service, method)
 	}
 	return err
+}
+
+// TestWithTransport: the transport.ServerConfig given to WithTransport
+// takes effect, and its nil Logger gets the server's logger.
+func TestWithTransport(t *testing.T) {
+	t.Run("MaxConcurrent", func(t *testing.T) {
+		p := newProbe()
+		_, addr := startServer(t, p, dabb.WithTransport(transport.ServerConfig{MaxConcurrent: 1}))
+		c := newClient(t, addr)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		blocked := make(chan error, 1)
+		go func() {
+			_, err := call(ctx, c, "block")
+			blocked <- err
+		}()
+		select {
+		case <-p.started:
+		case err := <-blocked:
+			t.Fatalf("the blocking call ended before its handler started: %v", err)
+		}
+		_, err := call(ctx, c, "echo")
+		if pe := statusOf(t, err); pe.Status != protocol.StatusServerThreadpoolExhausted {
+			t.Errorf("a second call with MaxConcurrent 1: %v, want status 100", err)
+		}
+		close(p.release)
+		if err := <-blocked; err != nil {
+			t.Errorf("the blocking call: %v", err)
+		}
+	})
+	t.Run("Logger", func(t *testing.T) {
+		for _, own := range []bool{false, true} {
+			serverLogs, transportLogs := &logLines{}, &logLines{}
+			cfg := transport.ServerConfig{}
+			if own {
+				cfg.Logger = slog.New(slog.NewTextHandler(transportLogs, nil))
+			}
+			p := newProbe()
+			_, addr := startServer(t, p, dabb.WithTransport(cfg), dabb.WithLogger(slog.New(slog.NewTextHandler(serverLogs, nil))))
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			if _, err := call(ctx, newClient(t, addr), "panic"); err == nil {
+				t.Error("a call that panics succeeded")
+			}
+			cancel()
+			want, other := serverLogs, transportLogs
+			if own {
+				want, other = transportLogs, serverLogs
+			}
+			if want.count("handler panic") != 1 || other.count("handler panic") != 0 {
+				t.Errorf("own transport logger %v: the panic was logged %d times where it belongs, %d elsewhere",
+					own, want.count("handler panic"), other.count("handler panic"))
+			}
+		}
+	})
+}
+
+// TestKeptHandlerContext: a handler's context is cancelled with
+// context.Canceled when ServeRPC returns, and dabb.IdempotencyKey(ctx)
+// names the request it was made for. A handler that hands its context to
+// work that outlives it (an audit log, a write-behind of the dedup record,
+// via context.WithoutCancel) must see a done context and its own call's
+// key while later calls run (a server that reused the context brought it
+// back to life with the later call's key, racing with its decoding).
+func TestKeptHandlerContext(t *testing.T) {
+	p := newProbe()
+	got := make(chan context.Context, 1)
+	p.record = func(ctx context.Context) {
+		select {
+		case got <- ctx: // the first call's only
+		default:
+		}
+	}
+	_, addr := startServer(t, p)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := call(ctx, c, "key", proxy.IdempotencyKey("first")); err != nil {
+		t.Fatal(err)
+	}
+	kept := <-got
+	if kept.Err() == nil {
+		t.Fatal("the handler's context is not done after the call")
+	}
+	// Work that outlives the handler keeps the request's values with
+	// context.WithoutCancel (Go's way to detach work from a request).
+	detached := context.WithoutCancel(kept)
+	// While a later call runs, the kept context must still be done and
+	// still name the first call.
+	for i := range 20 {
+		key := fmt.Sprintf("later-%d", i)
+		done := make(chan error, 1)
+		go func() {
+			_, err := call(ctx, c, "sleep:100ms", proxy.IdempotencyKey(key))
+			done <- err
+		}()
+		select {
+		case <-p.started:
+		case err := <-done:
+			t.Fatalf("call %q ended before its handler started: %v", key, err)
+		}
+		k, err := dabb.IdempotencyKey(detached), kept.Err()
+		if cerr := <-done; cerr != nil {
+			t.Fatal(cerr)
+		}
+		if k != "first" {
+			t.Fatalf("while call %q ran, the first call's context answered its key %q (Err %v): "+
+				"work deduplicated with it would take the first call for the later one", key, k, err)
+		}
+		if err == nil {
+			t.Fatalf("while call %q ran, the first call's (returned) context was no longer done", key)
+		}
+	}
+}
+
+// joined reports whether err is a multi-error (errors.Join's wrapper).
+func joined(err error) bool {
+	_, ok := err.(interface{ Unwrap() []error })
+	return ok
+}
+
+// TestShutdownReturnsCtxErrItself: a Shutdown whose ctx ends before the
+// drain returns ctx.Err() itself, as its doc says (and as net/http's
+// Shutdown does), so err == context.DeadlineExceeded holds.
+func TestShutdownReturnsCtxErrItself(t *testing.T) {
+	p := newProbe()
+	s, addr := startServer(t, p)
+	c := newClient(t, addr)
+	callDone := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		_, err := call(ctx, c, "block")
+		callDone <- err
+	}()
+	select {
+	case <-p.started:
+	case err := <-callDone:
+		t.Fatalf("call ended before its handler started: %v", err)
+	case <-time.After(testTimeout):
+		t.Fatal("the blocking call never reached its handler")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := s.Shutdown(ctx) // the handler runs until its context is cancelled
+	select {
+	case <-callDone:
+	case <-time.After(testTimeout):
+		t.Fatal("the call did not end after Shutdown closed the server")
+	}
+	if err != context.DeadlineExceeded { // the identity is the point
+		t.Errorf("Shutdown = %v (%T), want context.DeadlineExceeded itself", err, err)
+	}
 }

@@ -1,3 +1,5 @@
+// Service descriptions, as rpcgen writes them, and their checks.
+
 package dabb
 
 import (

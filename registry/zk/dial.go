@@ -1,3 +1,5 @@
+// The client's TCP connections: bounded handshakes and the session timeout granted.
+
 package zk
 
 import (

@@ -1,3 +1,5 @@
+// Tests of the dialer: silent servers neither stall a session nor Close.
+
 package zk
 
 import (

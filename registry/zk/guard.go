@@ -1,3 +1,5 @@
+// The guard: it re-creates our nodes that others delete or change.
+
 package zk
 
 import (
@@ -7,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"sync"
 	"time"
 
 	"github.com/dabbrpc/dabb/registry"
@@ -33,6 +36,20 @@ import (
 // other's node forever. The watch stays on it, so the node is re-created
 // if that holder deletes it while we still own the instance.
 
+// guardState is what the guard watches: the exists watches on our nodes,
+// and the nodes queued for repair.
+type guardState struct {
+	kick chan struct{} // cap 1: wakes the guard
+
+	mu      sync.Mutex       // guards following
+	armed   map[string]int64 // node path → session its exists watch was set in
+	repairs map[string]int   // node paths for the guard → failed attempts
+}
+
+// armHook, set only by tests, is called by the guard's repair of r between
+// putting node p right and watching it.
+var armHook func(r *Registry, p string)
+
 // Bounds of the guard's retries when re-creating a node fails while the
 // session lives. After the last one the node is left to the next restore.
 const (
@@ -48,36 +65,37 @@ var errNoLiveSession = errors.New("zk: no live session")
 // onNodeEvent handles a watch event. It is called by the client's receive
 // loop and must not block.
 func (r *Registry) onNodeEvent(ev zk.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.armed[ev.Path]; !ok {
+	g := &r.guarded
+	g.mu.Lock()
+	if _, ok := g.armed[ev.Path]; !ok {
+		g.mu.Unlock()
 		return // not one of our instance nodes' watches
 	}
 	// The watch has fired or ended; either way it is gone.
-	delete(r.armed, ev.Path)
+	delete(g.armed, ev.Path)
+	g.mu.Unlock()
 	if ev.Type == zk.EventNotWatching {
 		return // the session ended or the client closed: restore re-arms
 	}
-	r.queueRepairLocked(ev.Path)
+	r.queueRepair(ev.Path)
 }
 
 // queueRepair asks the guard to look at p: re-create it if it is missing
 // and set its watch again.
 func (r *Registry) queueRepair(p string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.queueRepairLocked(p)
-}
-
-func (r *Registry) queueRepairLocked(p string) {
-	if _, ok := r.owned[p]; !ok || r.closed {
+	// A Deregister between this check and the guard's repair is no
+	// harm: the repair looks at owned again, in the write slot.
+	if _, ok := r.owns(p); !ok || r.isClosed() {
 		return
 	}
-	if _, ok := r.repairs[p]; !ok {
-		r.repairs[p] = 0
+	g := &r.guarded
+	g.mu.Lock()
+	if _, ok := g.repairs[p]; !ok {
+		g.repairs[p] = 0
 	}
+	g.mu.Unlock()
 	select {
-	case r.repairKick <- struct{}{}:
+	case g.kick <- struct{}{}:
 	default:
 	}
 }
@@ -91,22 +109,23 @@ func (r *Registry) queueRepairLocked(p string) {
 // the caller looks again. It is called in the write slot.
 func (r *Registry) arm(conn *zk.Conn, p string, want []byte) (bool, error) {
 	session := conn.SessionID()
-	r.mu.Lock()
-	if on, ok := r.armed[p]; ok && on == session {
-		r.mu.Unlock()
+	g := &r.guarded
+	g.mu.Lock()
+	if on, ok := g.armed[p]; ok && on == session {
+		g.mu.Unlock()
 		return true, nil
 	}
 	// Recorded before the request: the watch may fire before GetW
 	// returns, and onNodeEvent must know it.
-	r.armed[p] = session
-	r.mu.Unlock()
+	g.armed[p] = session
+	g.mu.Unlock()
 	data, _, _, err := conn.GetW(p)
 	if err != nil {
-		r.mu.Lock()
-		if on, ok := r.armed[p]; ok && on == session {
-			delete(r.armed, p) // no watch was set
+		g.mu.Lock()
+		if on, ok := g.armed[p]; ok && on == session {
+			delete(g.armed, p) // no watch was set
 		}
-		r.mu.Unlock()
+		g.mu.Unlock()
 		if errors.Is(err, zk.ErrNoNode) {
 			return false, nil
 		}
@@ -126,13 +145,13 @@ func (r *Registry) guard(conn *zk.Conn) {
 		select {
 		case <-r.done:
 			return
-		case <-r.repairKick:
+		case <-r.guarded.kick:
 		case <-retry.C:
 		}
-		r.mu.Lock()
-		due := maps.Clone(r.repairs)
-		clear(r.repairs)
-		r.mu.Unlock()
+		r.guarded.mu.Lock()
+		due := maps.Clone(r.guarded.repairs)
+		clear(r.guarded.repairs)
+		r.guarded.mu.Unlock()
 		var backoff time.Duration
 		for p, failed := range due {
 			err := r.repair(conn, p)
@@ -155,11 +174,11 @@ func (r *Registry) guard(conn *zk.Conn) {
 			}
 			d := min(minRepairBackoff<<(failed-1), maxRepairBackoff)
 			r.log.Warn("re-creating an instance node failed; retrying", "path", p, "err", err, "attempt", failed, "in", d)
-			r.mu.Lock()
-			if _, ok := r.owned[p]; ok && !r.closed {
-				r.repairs[p] = max(r.repairs[p], failed)
+			if _, ok := r.owns(p); ok && !r.isClosed() {
+				r.guarded.mu.Lock()
+				r.guarded.repairs[p] = max(r.guarded.repairs[p], failed)
+				r.guarded.mu.Unlock()
 			}
-			r.mu.Unlock()
 			backoff = max(backoff, d)
 		}
 		if backoff > 0 {
@@ -201,12 +220,9 @@ func (r *Registry) repair(conn *zk.Conn, p string) error {
 		return registry.ErrClosed
 	}
 	defer func() { <-r.writes }()
-	r.mu.Lock()
-	in, owned := r.owned[p]
-	closed := r.closed
-	r.mu.Unlock()
+	in, owned := r.owns(p)
 	switch {
-	case closed:
+	case r.isClosed():
 		return registry.ErrClosed
 	case !owned:
 		return nil // deregistered meanwhile: it stays gone
@@ -267,8 +283,8 @@ func (r *Registry) repair(conn *zk.Conn, p string) error {
 			}
 			continue
 		}
-		if r.armHook != nil {
-			r.armHook(p)
+		if armHook != nil {
+			armHook(r, p)
 		}
 		intact, err := r.arm(conn, p, data)
 		if err != nil {

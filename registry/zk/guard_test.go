@@ -1,9 +1,13 @@
+// Tests of the guard: our nodes come back when others delete or change them.
+
 package zk
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"path"
 	"sync"
 	"testing"
@@ -63,7 +67,7 @@ func staysGone(t *testing.T, raw *zk.Conn, p string, d time.Duration, step strin
 // checkOurs checks that data and stat are those of r's node for in.
 func checkOurs(t *testing.T, r *Registry, in registry.Instance, data []byte, stat *zk.Stat, step string) {
 	t.Helper()
-	if want := r.conn.SessionID(); stat.EphemeralOwner != want {
+	if want := r.sess.conn.SessionID(); stat.EphemeralOwner != want {
 		t.Fatalf("%s: ephemeralOwner = %#x, want the registry's session %#x", step, stat.EphemeralOwner, want)
 	}
 	var got registry.Instance
@@ -185,8 +189,8 @@ func TestNoFightOverOneID(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("ExistsW %s = %v, %v; want it there", p, ok, err)
 	}
-	if stat.EphemeralOwner != second.conn.SessionID() {
-		t.Fatalf("ephemeralOwner = %#x, want the second session %#x", stat.EphemeralOwner, second.conn.SessionID())
+	if stat.EphemeralOwner != second.sess.conn.SessionID() {
+		t.Fatalf("ephemeralOwner = %#x, want the second session %#x", stat.EphemeralOwner, second.sess.conn.SessionID())
 	}
 	timer := time.NewTimer(time.Second)
 	defer timer.Stop()
@@ -194,7 +198,7 @@ func TestNoFightOverOneID(t *testing.T) {
 	case ev := <-ch:
 		_, stat, _ := raw.Exists(p)
 		t.Fatalf("%s changed (%v) after the takeover; owner now %#x (first %#x, second %#x)",
-			p, ev.Type, stat.EphemeralOwner, first.conn.SessionID(), second.conn.SessionID())
+			p, ev.Type, stat.EphemeralOwner, first.sess.conn.SessionID(), second.sess.conn.SessionID())
 	case <-timer.C:
 	}
 
@@ -217,12 +221,12 @@ func TestNoTakeBackOnReconnect(t *testing.T) {
 	first := newRegistry(t, Config{Servers: []string{px.Addr()}, SessionTimeout: 6 * time.Second, RequestTimeout: 2 * time.Second})
 	second := shared(t)
 	restored := make(chan int64, 16)
-	first.sessionHook = func(id int64) {
+	setSessionHook(t, first, func(id int64) {
 		select {
 		case restored <- id:
 		default:
 		}
-	}
+	})
 	in := inst(serviceFor(t), "20001")
 	in.Metadata = map[string]string{"generation": "1"}
 	if err := first.Register(ctxFor(t, 5*time.Second), in); err != nil {
@@ -235,14 +239,14 @@ func TestNoTakeBackOnReconnect(t *testing.T) {
 	}
 	raw := rawConn(t, srv.Addr())
 	p := second.NodePath(in.Service, in.ID)
-	if _, stat, err := raw.Get(p); err != nil || stat.EphemeralOwner != second.conn.SessionID() {
+	if _, stat, err := raw.Get(p); err != nil || stat.EphemeralOwner != second.sess.conn.SessionID() {
 		t.Fatalf("after the takeover: %v; want the second session to own %s", err, p)
 	}
 	for len(restored) > 0 {
 		<-restored
 	}
 
-	session := first.conn.SessionID()
+	session := first.sess.conn.SessionID()
 	px.Cut()
 	time.Sleep(300 * time.Millisecond) // a blip, well within the 6 s session timeout
 	px.Restore()
@@ -258,7 +262,7 @@ func TestNoTakeBackOnReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Get %s after the reconnect: %v", p, err)
 	}
-	if stat.EphemeralOwner != second.conn.SessionID() {
+	if stat.EphemeralOwner != second.sess.conn.SessionID() {
 		t.Fatalf("after a reconnect on the same session the first registry took %s back (owner %#x, data %s)", p, stat.EphemeralOwner, data)
 	}
 }
@@ -270,17 +274,17 @@ func TestRecreatesDeletedNodeAfterNewSession(t *testing.T) {
 	px := startProxy(t, srv.Addr())
 	r := newRegistry(t, Config{Servers: []string{px.Addr()}, SessionTimeout: time.Second, RequestTimeout: 2 * time.Second})
 	sessions := make(chan int64, 16)
-	r.sessionHook = func(id int64) {
+	setSessionHook(t, r, func(id int64) {
 		select {
 		case sessions <- id:
 		default:
 		}
-	}
+	})
 	in := inst(serviceFor(t), "20001")
 	if err := r.Register(ctxFor(t, 5*time.Second), in); err != nil {
 		t.Fatal(err)
 	}
-	old := r.conn.SessionID()
+	old := r.sess.conn.SessionID()
 	raw := rawConn(t, srv.Addr())
 	p := r.NodePath(in.Service, in.ID)
 	ok, _, gone, err := raw.ExistsW(p)
@@ -368,7 +372,7 @@ func TestRestoresDataChangedBeforeTheWatch(t *testing.T) {
 	p := r.NodePath(in.Service, in.ID)
 	var once sync.Once
 	changed := make(chan struct{})
-	r.armHook = func(hp string) {
+	setArmHook(t, r, func(hp string) {
 		if hp == p {
 			once.Do(func() {
 				if _, err := raw.Set(p, []byte(`{"second":true}`), -1); err != nil {
@@ -377,7 +381,7 @@ func TestRestoresDataChangedBeforeTheWatch(t *testing.T) {
 				close(changed)
 			})
 		}
-	}
+	})
 	if err := r.Register(ctxFor(t, 5*time.Second), in); err != nil {
 		t.Fatal(err)
 	}
@@ -406,4 +410,71 @@ func TestRestoresDataChangedBeforeTheWatch(t *testing.T) {
 			t.Fatalf("%s still holds %s 2s after it was changed twice", p, data)
 		}
 	}
+}
+
+// hookHandler calls fn (once) when a record with message msg is logged, on
+// the logging goroutine, before passing the record on.
+type hookHandler struct {
+	slog.Handler
+	msg  string
+	once *sync.Once
+	fn   func()
+}
+
+func (h hookHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(h.fn)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h hookHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return hookHandler{h.Handler.WithAttrs(a), h.msg, h.once, h.fn}
+}
+
+func (h hookHandler) WithGroup(g string) slog.Handler {
+	return hookHandler{h.Handler.WithGroup(g), h.msg, h.once, h.fn}
+}
+
+// TestRecreatesANodeAnotherSessionDropsBeforeTheWatch: when the node of an
+// instance we own is held by another session and goes between the guard's
+// look at it and its watch (which GetW does not set on a missing node),
+// the guard looks again and creates ours. The window is hit every time:
+// the other holder deregisters from inside the warning the guard logs
+// between the two.
+func TestRecreatesANodeAnotherSessionDropsBeforeTheWatch(t *testing.T) {
+	srv := zktest.Shared(t)
+	second := shared(t)
+	var once sync.Once
+	in := inst(serviceFor(t), "20031")
+	hooked := make(chan struct{})
+	first := newRegistry(t, Config{Servers: []string{srv.Addr()}, Logger: slog.New(hookHandler{
+		Handler: testLogger(t).Handler(),
+		msg:     "instance node is held by another session; not replacing it",
+		once:    &once,
+		fn: func() {
+			// The other holder leaves between the guard's Exists and its watch.
+			if err := second.Deregister(ctxFor(t, 5*time.Second), in); err != nil {
+				t.Errorf("second.Deregister: %v", err)
+			}
+			close(hooked)
+		},
+	})})
+	if err := first.Register(ctxFor(t, 5*time.Second), in); err != nil {
+		t.Fatal(err)
+	}
+	// second takes the ID over: first's watch fires, its guard finds the
+	// node held by second.
+	if err := second.Register(ctxFor(t, 5*time.Second), in); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hooked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the guard never found the node held by another session")
+	}
+	raw := rawConn(t, srv.Addr())
+	p := first.NodePath(in.Service, in.ID)
+	data, stat := awaitNode(t, raw, p, 3*time.Second, "after the other holder left between Exists and the watch")
+	checkOurs(t, first, in, data, stat, "after the other holder left between Exists and the watch")
 }

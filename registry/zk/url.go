@@ -1,3 +1,5 @@
+// Opening a Registry from a zk:// URL.
+
 package zk
 
 import (

@@ -1,3 +1,5 @@
+// Watching a service: the set of its instances, now and after each change.
+
 package zk
 
 import (
@@ -12,10 +14,10 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Watch starts following the instances of service: it reads the current
-// set (so that the first Next returns at once) and then re-reads it after
-// every change of the service node's children. ctx bounds only this call,
-// like RequestTimeout; the watch lasts until Stop or Close.
+// Watch starts following the instances of service. It reads the current
+// set, so that the first Next returns at once. It then reads the set again
+// after every change of the service node's children. ctx bounds only this
+// call, as RequestTimeout does; the watch lasts until Stop or Close.
 func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher, error) {
 	if err := validService(service); err != nil {
 		return nil, fmt.Errorf("zk: watch: %w", err)
@@ -63,14 +65,14 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 	}
 	w.cur = first.list
 
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
+	r.sess.mu.Lock()
+	defer r.sess.mu.Unlock()
+	if r.sess.closed {
 		wcancel()
 		return nil, fmt.Errorf("zk: watch %s: %w", service, registry.ErrClosed)
 	}
-	r.watchers[w] = struct{}{}
-	if r.down {
+	r.sess.watchers[w] = struct{}{}
+	if r.sess.down {
 		// The session was lost after the read, and has been down for
 		// long enough already.
 		w.outage(r.SessionTimeout())
@@ -137,9 +139,9 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 // Stop ends the watch; Next returns registry.ErrWatcherStopped.
 func (w *watcher) Stop() {
 	w.cancel()
-	w.r.mu.Lock()
-	delete(w.r.watchers, w)
-	w.r.mu.Unlock()
+	w.r.sess.mu.Lock()
+	delete(w.r.sess.watchers, w)
+	w.r.sess.mu.Unlock()
 }
 
 // outage marks the set as out of date, for Next to report, and makes run

@@ -1,16 +1,40 @@
+// Tests of the watcher: the set it returns, across changes and outages.
+
 package zk
 
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/internal/zktest"
 	"github.com/dabbrpc/dabb/registry"
 )
+
+func TestVisibleWithinOneSecond(t *testing.T) {
+	provider, consumer := shared(t), shared(t)
+	svc := serviceFor(t)
+	w, err := consumer.Watch(ctxFor(t, 5*time.Second), svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitSet(t, w, time.Second, "empty at first")
+
+	a := inst(svc, "20001")
+	if err := provider.Register(ctxFor(t, 5*time.Second), a); err != nil {
+		t.Fatal(err)
+	}
+	took := waitSet(t, w, time.Second, "after Register", a)
+	t.Logf("registration visible after %v", took)
+
+	if err := provider.Deregister(ctxFor(t, 5*time.Second), a); err != nil {
+		t.Fatal(err)
+	}
+	took = waitSet(t, w, time.Second, "after Deregister")
+	t.Logf("deregistration visible after %v", took)
+}
 
 // TestOutageKeepsLastSetAndRecovers: while ZooKeeper is down, for less
 // than the session timeout, a watcher keeps its last set quietly and calls
@@ -57,7 +81,7 @@ func TestOutageKeepsLastSetAndRecovers(t *testing.T) {
 	restarted := time.Now()
 	// Calls are bounded by RequestTimeout; give the client time to notice
 	// the server is back.
-	if err := provider.waitSession(ctxFor(t, 10*time.Second), provider.conn); err != nil {
+	if err := provider.waitSession(ctxFor(t, 10*time.Second), provider.sess.conn); err != nil {
 		t.Fatalf("no session after the restart: %v", err)
 	}
 	t.Logf("session back %v after ZooKeeper restarted", time.Since(restarted))
@@ -146,44 +170,4 @@ func TestWatcherReportsLongOutage(t *testing.T) {
 		t.Fatalf("Next after the restart = %v, %v; want the full (empty) set again", got, err)
 	}
 	t.Logf("set returned %v after ZooKeeper restarted", time.Since(restarted))
-}
-
-// TestCacheStaleDuringOutage: a Cache over zk says its instances are
-// stale once ZooKeeper has been down for the session timeout, keeps
-// serving them meanwhile, and is not stale once ZooKeeper is back.
-func TestCacheStaleDuringOutage(t *testing.T) {
-	srv := zktest.Start(t)
-	const sessionTimeout = 2 * time.Second
-	cfg := Config{Servers: []string{srv.Addr()}, SessionTimeout: sessionTimeout, RequestTimeout: 500 * time.Millisecond}
-	provider, consumer := newRegistry(t, cfg), newRegistry(t, cfg)
-	svc := serviceFor(t)
-	a := inst(svc, "20001")
-	if err := provider.Register(ctxFor(t, 5*time.Second), a); err != nil {
-		t.Fatal(err)
-	}
-	c := registry.NewCache(consumer, registry.CacheConfig{
-		Logger:        slog.New(slog.DiscardHandler),
-		MinRetryDelay: 50 * time.Millisecond,
-		MaxRetryDelay: 200 * time.Millisecond,
-	})
-	defer c.Close()
-	if ins, err := c.Instances(ctxFor(t, 5*time.Second), svc); err != nil || !registry.EqualSets(ins, []registry.Instance{a}) {
-		t.Fatalf("Instances before the outage = %v, %v; want [%v]", ins, err, a)
-	}
-
-	stopped := time.Now() // before: the client may see the end first
-	srv.Stop()
-	wait.Until(t, sessionTimeout+3*time.Second, 10*time.Millisecond, "Cache.Stale with ZooKeeper down", func() bool { return c.Stale(svc) })
-	if down := time.Since(stopped); down < sessionTimeout {
-		t.Fatalf("Stale after %v, before the session timeout (%v)", down, sessionTimeout)
-	}
-	if ins, err := c.Instances(ctxFor(t, time.Second), svc); err != nil || !registry.EqualSets(ins, []registry.Instance{a}) {
-		t.Fatalf("Instances during the outage = %v, %v; want the last known [%v]", ins, err, a)
-	}
-
-	srv.Start(t)
-	wait.Until(t, 15*time.Second, 10*time.Millisecond, "Cache.Stale to clear after ZooKeeper restarted", func() bool { return !c.Stale(svc) })
-	if ins, err := c.Instances(ctxFor(t, time.Second), svc); err != nil || !registry.EqualSets(ins, []registry.Instance{a}) {
-		t.Fatalf("Instances after the outage = %v, %v; want [%v]", ins, err, a)
-	}
 }

@@ -1,3 +1,5 @@
+// Tests of the keeper with a provider process of its own, killed and frozen.
+
 //go:build linux
 
 package zk

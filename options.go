@@ -1,0 +1,70 @@
+// Options of a Server: its transport, logger and registry publishing.
+
+package dabb
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/dabbrpc/dabb/registry"
+	"github.com/dabbrpc/dabb/transport"
+)
+
+// Option configures a Server.
+type Option func(*options)
+
+type options struct {
+	transport  transport.ServerConfig
+	logger     *slog.Logger
+	registry   registry.Registry
+	advertise  string
+	weight     int
+	metadata   map[string]string
+	regTimeout time.Duration
+	lazy       bool // WithRegistryCheck(false)
+}
+
+// WithTransport configures the connections and the requests they carry:
+// the concurrency bound, body limit, heartbeats, shutdown linger and
+// whether Close waits for handlers. A zero field keeps its default; see
+// transport.ServerConfig for each. A nil Logger gets the server's logger.
+func WithTransport(cfg transport.ServerConfig) Option {
+	return func(o *options) { o.transport = cfg }
+}
+
+// WithLogger sets the logger of the server and of its transport, unless
+// WithTransport gave the transport its own. Default slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithRegistry publishes every registered service to r once the server
+// listens. Shutdown and Close withdraw them before the server drains.
+// Default none: the server publishes nothing.
+func WithRegistry(r registry.Registry) Option { return func(o *options) { o.registry = r } }
+
+// WithAdvertiseAddr sets the host:port published to the registry. By
+// default it is the listener's address. An unspecified host (0.0.0.0, ::)
+// becomes this machine's first address that is neither loopback nor
+// link-local, IPv4 first. A machine with none publishes 127.0.0.1: set
+// the address then.
+func WithAdvertiseAddr(addr string) Option { return func(o *options) { o.advertise = addr } }
+
+// WithRegistryCheck sets what Serve does when the registry cannot be
+// reached as it publishes, like Dubbo's registry check. Unreachable means
+// an error wrapping registry.ErrUnavailable, or the 5 s registry timeout.
+//
+// With true, the default, Serve publishes before it accepts, and fails if
+// it cannot. A server nobody can find says so at start.
+//
+// With false, Serve accepts at once and publishes in the background. It
+// retries with backoff while the registry cannot be reached, until it
+// succeeds or the server stops. A server restarted during a registry
+// outage thus serves whoever knows its address, and appears once the
+// registry is back. Other publishing errors (the registry refuses the
+// instance) are logged, and the server serves unpublished.
+func WithRegistryCheck(check bool) Option { return func(o *options) { o.lazy = !check } }
+
+// WithInstance sets the weight and metadata published with each instance.
+// Default weight 0, read as registry.DefaultWeight, and no metadata.
+func WithInstance(weight int, metadata map[string]string) Option {
+	return func(o *options) { o.weight, o.metadata = weight, metadata }
+}
