@@ -99,8 +99,11 @@ func TestRegistryOutage(t *testing.T) {
 			startServer(t, p, dabb.WithRegistry(serverReg))
 
 			snapshot := filepath.Join(t.TempDir(), "instances.json")
-			c := proxy.NewClient(openRegistry(t, rs.url), proxy.WithLogger(quiet),
+			c, err := proxy.NewClient(openRegistry(t, rs.url), proxy.WithLogger(quiet),
 				proxy.WithCache(registry.CacheConfig{SnapshotPath: snapshot, Logger: quiet}))
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
@@ -184,8 +187,11 @@ func TestSnapshotClientProcess(t *testing.T) {
 		t.Fatalf("open %s: %v", url, err)
 	}
 	defer r.Close()
-	c := proxy.NewClient(r, proxy.WithLogger(quiet),
+	c, err := proxy.NewClient(r, proxy.WithLogger(quiet),
 		proxy.WithCache(registry.CacheConfig{SnapshotPath: snapshot, InitialTimeout: 300 * time.Millisecond, Logger: quiet}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
 	for i := range 20 {
 		if _, err := call(ctx, c, "echo"); err != nil {
