@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -478,7 +479,7 @@ func TestMessageErr(t *testing.T) {
 			if !errors.As(err, &e) {
 				t.Fatalf("Err() = %v, want *Error", err)
 			}
-			if *e != *tt.want {
+			if !reflect.DeepEqual(*e, *tt.want) {
 				t.Errorf("Err() = %+v, want %+v", e, tt.want)
 			}
 		})

@@ -126,11 +126,30 @@ var (
 	ErrNotSent = errors.New("request not sent")
 )
 
+// Codes of the documented set. An application may use any other short
+// snake_case string. A code never makes a call retryable that was not.
+const (
+	CodeUnauthenticated    = "unauthenticated"     // the caller's credentials are missing or wrong
+	CodePermissionDenied   = "permission_denied"   // the caller is known and not allowed
+	CodeNotFound           = "not_found"           // an entity the call names does not exist
+	CodeAlreadyExists      = "already_exists"      // an entity the call creates exists already
+	CodeFailedPrecondition = "failed_precondition" // the system is not in a state the call needs
+	CodeResourceExhausted  = "resource_exhausted"  // a quota or limit of the caller's is spent
+	CodeInvalidArgument    = "invalid_argument"    // an argument is wrong whatever the state
+)
+
 // Error is the error type every layer of dabb creates and inspects: a
 // status, a message, where it was made, and an optional cause.
 type Error struct {
 	Status Status
 	Msg    string
+	// Code is the application's name for the error: a short snake_case
+	// string such as "payment_not_found", or one of the Code constants.
+	// Empty means none. It travels beside the status, which stays
+	// Dubbo's: a peer that does not know codes still reads status and Msg.
+	Code string
+	// Details are strings the handler attached for the caller, in order.
+	Details []string
 	// Remote is true when the status arrived in a response from the
 	// peer, false when this process made it.
 	Remote bool
