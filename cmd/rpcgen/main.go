@@ -136,13 +136,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"go/ast"
-	"go/parser"
 	"go/token"
 	"io"
-	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"unicode"
@@ -244,134 +240,6 @@ func splitTags(s string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// outFile is one file to write.
-type outFile struct {
-	path string
-	svcs []*service // the services it holds
-	src  []byte
-}
-
-// generate loads the package, checks the interfaces and returns the files
-// to write: all services in output when it is set, else one file per
-// service in the package directory. It writes nothing.
-func generate(cfg config, output string) ([]outFile, error) {
-	pkg, svcs, err := load(cfg)
-	if err != nil {
-		return nil, err
-	}
-	var files []outFile
-	if output != "" {
-		files = []outFile{{path: output, svcs: svcs}}
-	} else {
-		written := map[string]string{}
-		for _, s := range svcs {
-			name := outputName(s.iface, s.file, pkg.constraints[s.file] != nil)
-			if other, ok := written[name]; ok {
-				return nil, fmt.Errorf("rpcgen: types %s and %s would both be written to %s; generate them into one file with -output", other, s.iface, name)
-			}
-			written[name] = s.iface
-			files = append(files, outFile{path: filepath.Join(pkg.dir, name), svcs: []*service{s}})
-		}
-	}
-	if output == "" {
-		if err := checkStale(pkg, files); err != nil {
-			return nil, err
-		}
-	}
-	pkg.kept = keptNames(pkg, svcs, files)
-	if err := checkNames(pkg, svcs); err != nil {
-		return nil, err
-	}
-	for i := range files {
-		if files[i].src, err = emit(pkg, files[i].svcs); err != nil {
-			return nil, err
-		}
-	}
-	return files, nil
-}
-
-// checkStale fails when a file rpcgen wrote earlier in the package, in the
-// build as loaded, holds code generated for an interface of files but is
-// not one of them: left in place, it would declare the names of that code a
-// second time. This is what an output of an older rpcgen, which named the
-// file of an interface declared under a build constraint as it names the
-// others, looks like beside the file that replaces it.
-func checkStale(pkg *pkgInfo, files []outFile) error {
-	var errs errList
-	for _, name := range slices.Sorted(maps.Keys(pkg.generated)) {
-		path := filepath.Join(pkg.dir, name)
-		if slices.ContainsFunc(files, func(f outFile) bool { return sameFile(f.path, path) }) {
-			continue
-		}
-		was, _ := headerInterfaces(pkg.generated[name])
-		for _, f := range files {
-			for _, s := range f.svcs {
-				if slices.Contains(was, s.iface) {
-					errs.add(fmt.Errorf("rpcgen: type %s: this run writes it to %s, but %s, in the same build, holds code generated earlier for it, so both would declare its names; delete %s if it is stale, or write %s there with -output",
-						s.iface, filepath.Base(f.path), path, name, s.iface))
-				}
-			}
-		}
-	}
-	return errs.err()
-}
-
-// keptNames returns the package-level names declared by the files rpcgen
-// wrote earlier for other interfaces than svcs, and that are not among
-// files: the other runs' output, which stays, so the names it declares are
-// taken.
-func keptNames(pkg *pkgInfo, svcs []*service, files []outFile) map[string]token.Position {
-	kept := map[string]token.Position{}
-	for _, name := range slices.Sorted(maps.Keys(pkg.generated)) {
-		src := pkg.generated[name]
-		path := filepath.Join(pkg.dir, name)
-		if slices.ContainsFunc(files, func(f outFile) bool { return sameFile(f.path, path) }) {
-			continue
-		}
-		if was, _ := headerInterfaces(src); slices.ContainsFunc(svcs, func(s *service) bool { return slices.Contains(was, s.iface) }) {
-			continue // this run's own earlier output, wherever it goes now
-		}
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
-		if err != nil {
-			continue // stale and broken: the compiler will say so
-		}
-		for _, id := range topLevelNames(f) {
-			kept[id.Name] = fset.Position(id.Pos())
-		}
-	}
-	return kept
-}
-
-// sameFile reports whether path names the file at the absolute path abs.
-func sameFile(path, abs string) bool {
-	p, err := filepath.Abs(path)
-	return err == nil && p == abs
-}
-
-// topLevelNames returns the package-level names f declares.
-func topLevelNames(f *ast.File) []*ast.Ident {
-	var ids []*ast.Ident
-	for _, d := range f.Decls {
-		switch d := d.(type) {
-		case *ast.FuncDecl:
-			if d.Recv == nil {
-				ids = append(ids, d.Name)
-			}
-		case *ast.GenDecl:
-			for _, spec := range d.Specs {
-				switch spec := spec.(type) {
-				case *ast.TypeSpec:
-					ids = append(ids, spec.Name)
-				case *ast.ValueSpec:
-					ids = append(ids, spec.Names...)
-				}
-			}
-		}
-	}
-	return slices.DeleteFunc(ids, func(id *ast.Ident) bool { return id.Name == "_" })
 }
 
 // writeFiles writes files, refusing up front to overwrite any file that

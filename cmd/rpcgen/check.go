@@ -1,0 +1,224 @@
+// The type rules of a service's methods, and how problems are reported.
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"go/token"
+	"go/types"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/tools/go/packages"
+)
+
+// messageType checks that t is *T for a named struct type T that the package
+// at path can name; otherwise it says what t must be.
+func messageType(path string, t types.Type) (typeRef, string) {
+	const want = "a pointer to a named struct type"
+	ptr, ok := types.Unalias(t).(*types.Pointer)
+	if !ok {
+		return typeRef{}, want
+	}
+	named, ok := types.Unalias(ptr.Elem()).(*types.Named)
+	if !ok || named.Obj().Pkg() == nil {
+		return typeRef{}, want
+	}
+	if named.TypeArgs().Len() > 0 {
+		return typeRef{}, want + " (generic types are not supported)"
+	}
+	if _, ok := named.Underlying().(*types.Struct); !ok {
+		return typeRef{}, want
+	}
+	obj := named.Obj()
+	if obj.Parent() != obj.Pkg().Scope() {
+		return typeRef{}, want + " declared at package level"
+	}
+	if nameable(path, obj) {
+		return refTo(obj), ""
+	}
+	// The source may name it through an alias the generated code can use
+	// too: the exported name of a type in an internal package, say.
+	for a, ok := ptr.Elem().(*types.Alias); ok && a.TypeArgs().Len() == 0; a, ok = a.Rhs().(*types.Alias) {
+		if a.Obj().Parent() == a.Obj().Pkg().Scope() && nameable(path, a.Obj()) {
+			return refTo(a.Obj()), ""
+		}
+	}
+	if !obj.Exported() {
+		return typeRef{}, want + " that is exported"
+	}
+	return typeRef{}, want + " that " + path + " may import (a type of an internal package can be named through an exported alias declared outside it)"
+}
+
+// nameable reports whether the package at path can refer to the
+// package-level obj: obj is declared there, or exported by a package that
+// it may import.
+func nameable(path string, obj types.Object) bool {
+	p := importPath(obj.Pkg().Path())
+	return p == path || obj.Exported() && importable(p, path)
+}
+
+// importable reports whether the package at from may import the package at
+// path, by Go's rule for internal packages: below a path element
+// "internal", only the tree rooted at its parent may.
+func importable(path, from string) bool {
+	i := strings.LastIndex("/"+path+"/", "/internal/")
+	if i < 0 {
+		return true
+	}
+	parent := path[:max(i-1, 0)]
+	return from == parent || strings.HasPrefix(from, parent+"/")
+}
+
+func refTo(obj types.Object) typeRef {
+	return typeRef{path: importPath(obj.Pkg().Path()), pkg: obj.Pkg().Name(), name: obj.Name()}
+}
+
+// importPath turns a vendored package path into the path that imports it.
+func importPath(p string) string {
+	if i := strings.LastIndex(p, "/vendor/"); i >= 0 {
+		return p[i+len("/vendor/"):]
+	}
+	return strings.TrimPrefix(p, "vendor/")
+}
+
+func isContext(t types.Type) bool {
+	n, ok := types.Unalias(t).(*types.Named)
+	return ok && n.Obj().Pkg() != nil && n.Obj().Pkg().Path() == "context" && n.Obj().Name() == "Context"
+}
+
+func isError(t types.Type) bool {
+	return types.Identical(t, types.Universe.Lookup("error").Type())
+}
+
+// hasInvalid reports whether a parameter or result of sig failed to
+// type-check.
+func hasInvalid(sig *types.Signature) bool {
+	for _, tup := range []*types.Tuple{sig.Params(), sig.Results()} {
+		for v := range tup.Variables() {
+			t := types.Unalias(v.Type())
+			for {
+				if p, ok := t.(*types.Pointer); ok {
+					t = types.Unalias(p.Elem())
+					continue
+				}
+				if s, ok := t.(*types.Slice); ok {
+					t = types.Unalias(s.Elem())
+					continue
+				}
+				break
+			}
+			if b, ok := t.(*types.Basic); ok && b.Kind() == types.Invalid {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// typeErrors lists the package's errors, for a message about a signature
+// that did not type-check.
+func typeErrors(p *packages.Package) string {
+	var b strings.Builder
+	for i, e := range p.Errors {
+		if i == 5 {
+			fmt.Fprintf(&b, "\n\t(and %d more)", len(p.Errors)-i)
+			break
+		}
+		b.WriteString("\n\t")
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+func typeString(p *packages.Package, t types.Type) string {
+	return types.TypeString(t, types.RelativeTo(p.Types))
+}
+
+func tupleString(p *packages.Package, t *types.Tuple) string {
+	parts := make([]string, 0, t.Len())
+	for v := range t.Variables() {
+		parts = append(parts, typeString(p, v.Type()))
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+func objKind(o types.Object) string {
+	switch o.(type) {
+	case *types.Const:
+		return "constant"
+	case *types.Var:
+		return "variable"
+	case *types.Func:
+		return "function"
+	default:
+		return "non-type"
+	}
+}
+
+func kindOf(t types.Type) string {
+	switch t.(type) {
+	case *types.Struct:
+		return "a struct type"
+	case *types.Basic:
+		return "a basic type"
+	case *types.Pointer:
+		return "a pointer type"
+	case *types.Signature:
+		return "a function type"
+	case *types.Slice, *types.Array:
+		return "a slice or array type"
+	case *types.Map:
+		return "a map type"
+	case *types.Chan:
+		return "a channel type"
+	default:
+		return "not an interface"
+	}
+}
+
+// maxErrors bounds how many problems one run reports.
+const maxErrors = 20
+
+// orSite returns *site if set, else pos.
+func orSite(pos token.Position, site *token.Position) token.Position {
+	if site != nil {
+		return *site
+	}
+	return pos
+}
+
+// posErr formats an error as file:line: rpcgen: message. The file name is
+// relative to the working directory when it is below it.
+func posErr(pos token.Position, format string, args ...any) error {
+	file := pos.Filename
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, file); err == nil && !strings.HasPrefix(rel, "..") {
+			file = rel
+		}
+	}
+	return fmt.Errorf("%s:%d: rpcgen: %s", file, pos.Line, fmt.Sprintf(format, args...))
+}
+
+// errList collects the problems of one run; past maxErrors it only counts.
+type errList []error
+
+// add records err, unless the same problem was already recorded (a
+// directive inside an interface literal is seen by the walk of the literal
+// and by that of the enclosing interface; one above a group of types is
+// seen once per type of the run in the group).
+func (e *errList) add(err error) {
+	if !slices.ContainsFunc(*e, func(x error) bool { return x.Error() == err.Error() }) {
+		*e = append(*e, err)
+	}
+}
+
+func (e errList) err() error {
+	if len(e) > maxErrors {
+		e = append(e[:maxErrors:maxErrors], fmt.Errorf("rpcgen: and %d more problems", len(e)-maxErrors))
+	}
+	return errors.Join(e...)
+}
