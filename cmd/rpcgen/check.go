@@ -15,6 +15,66 @@ import (
 	"golang.org/x/tools/go/packages"
 )
 
+// checkInterface applies the rules of a service's type to obj: an
+// exported, non-generic, defined interface type. It returns the type, or
+// what is wrong with it.
+func checkInterface(obj types.Object) (*types.TypeName, *types.Interface, string) {
+	tn, ok := obj.(*types.TypeName)
+	if !ok {
+		return nil, nil, "is a " + objKind(obj) + ", not an interface type"
+	}
+	if tn.IsAlias() {
+		return nil, nil, "is an alias; run rpcgen where the interface is declared"
+	}
+	if !tn.Exported() {
+		return nil, nil, "interface must be exported"
+	}
+	named, _ := tn.Type().(*types.Named)
+	if named == nil {
+		return nil, nil, "is not a defined type"
+	}
+	if named.TypeParams().Len() > 0 {
+		return nil, nil, "generic interfaces are not supported"
+	}
+	iface, ok := named.Underlying().(*types.Interface)
+	if !ok {
+		return nil, nil, "is " + kindOf(named.Underlying()) + ", not an interface type"
+	}
+	return tn, iface, ""
+}
+
+// checkSignature applies the RPC form, M(ctx context.Context, req *T) (*U,
+// error), to the signature of a method of package p. root is the path of
+// the package the generated code goes into. It returns the message types,
+// or what is wrong with the signature.
+func checkSignature(root string, p *packages.Package, sig *types.Signature) (req, resp typeRef, problem string) {
+	if hasInvalid(sig) {
+		return req, resp, "signature does not type-check" + typeErrors(p)
+	}
+	params, results := sig.Params(), sig.Results()
+	if sig.Variadic() {
+		return req, resp, "must not be variadic; want (ctx context.Context, req *T)"
+	}
+	if params.Len() != 2 {
+		return req, resp, fmt.Sprintf("must take exactly two parameters (ctx context.Context, req *T), has %d", params.Len())
+	}
+	if !isContext(params.At(0).Type()) {
+		return req, resp, "first parameter must be context.Context, got " + typeString(p, params.At(0).Type())
+	}
+	if results.Len() != 2 || !isError(results.At(1).Type()) {
+		return req, resp, "must return (*T, error), returns " + tupleString(p, results)
+	}
+	req, why := messageType(root, params.At(1).Type())
+	if why != "" {
+		return req, resp, "request must be " + why + ", got " + typeString(p, params.At(1).Type())
+	}
+	resp, why = messageType(root, results.At(0).Type())
+	if why != "" {
+		return req, resp, "response must be " + why + ", got " + typeString(p, results.At(0).Type())
+	}
+	return req, resp, ""
+}
+
 // messageType checks that t is *T for a named struct type T that the package
 // at path can name; otherwise it says what t must be.
 func messageType(path string, t types.Type) (typeRef, string) {

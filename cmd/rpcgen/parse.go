@@ -40,31 +40,9 @@ func (l *loader) service(name string, info *pkgInfo, errs *errList) *service {
 		return nil
 	}
 	pos := root.Fset.Position(obj.Pos())
-	tn, ok := obj.(*types.TypeName)
-	if !ok {
-		errs.add(posErr(pos, "type %s: is a %s, not an interface type", name, objKind(obj)))
-		return nil
-	}
-	if tn.IsAlias() {
-		errs.add(posErr(pos, "type %s: is an alias; run rpcgen where the interface is declared", name))
-		return nil
-	}
-	if !tn.Exported() {
-		errs.add(posErr(pos, "type %s: interface must be exported", name))
-		return nil
-	}
-	named, _ := tn.Type().(*types.Named)
-	if named == nil {
-		errs.add(posErr(pos, "type %s: is not a defined type", name))
-		return nil
-	}
-	if named.TypeParams().Len() > 0 {
-		errs.add(posErr(pos, "type %s: generic interfaces are not supported", name))
-		return nil
-	}
-	iface, ok := named.Underlying().(*types.Interface)
-	if !ok {
-		errs.add(posErr(pos, "type %s: is %s, not an interface type", name, kindOf(named.Underlying())))
+	tn, iface, problem := checkInterface(obj)
+	if problem != "" {
+		errs.add(posErr(pos, "type %s: %s", name, problem))
 		return nil
 	}
 	spec, decl, file := findSpec(root, tn)
@@ -383,36 +361,9 @@ func (w *walker) method(p *packages.Package, f *ast.Field, via string, site *tok
 		bad("does not type-check%s", typeErrors(p))
 		return
 	}
-	sig := fn.Type().(*types.Signature)
-	if hasInvalid(sig) {
-		bad("signature does not type-check%s", typeErrors(p))
-		return
-	}
-	params, results := sig.Params(), sig.Results()
-	if sig.Variadic() {
-		bad("must not be variadic; want (ctx context.Context, req *T)")
-		return
-	}
-	if params.Len() != 2 {
-		bad("must take exactly two parameters (ctx context.Context, req *T), has %d", params.Len())
-		return
-	}
-	if !isContext(params.At(0).Type()) {
-		bad("first parameter must be context.Context, got %s", typeString(p, params.At(0).Type()))
-		return
-	}
-	if results.Len() != 2 || !isError(results.At(1).Type()) {
-		bad("must return (*T, error), returns %s", tupleString(p, results))
-		return
-	}
-	req, why := messageType(w.l.root.PkgPath, params.At(1).Type())
-	if why != "" {
-		bad("request must be %s, got %s", why, typeString(p, params.At(1).Type()))
-		return
-	}
-	resp, why := messageType(w.l.root.PkgPath, results.At(0).Type())
-	if why != "" {
-		bad("response must be %s, got %s", why, typeString(p, results.At(0).Type()))
+	req, resp, problem := checkSignature(w.l.root.PkgPath, p, fn.Type().(*types.Signature))
+	if problem != "" {
+		bad("%s", problem)
 		return
 	}
 	m.req, m.resp = req, resp
