@@ -75,6 +75,27 @@ func checkSignature(root string, p *packages.Package, sig *types.Signature) (req
 	return req, resp, ""
 }
 
+// checkServiceName applies registry.ValidateService's rule to a
+// //dabb:service name, with the same message.
+func checkServiceName(name string) error {
+	// A copy of the registry's rule, so the generator imports no dabb
+	// package; TestServiceNameRule holds the two to the same answers.
+	var why string
+	switch {
+	case name == "":
+		why = "empty"
+	case name == "." || name == "..":
+		why = "reserved"
+	case strings.ContainsRune(name, '/'):
+		why = "contains '/'"
+	case strings.IndexFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
+		why = "contains a control character"
+	default:
+		return nil
+	}
+	return fmt.Errorf("registry: invalid service name %q: %s", name, why)
+}
+
 // messageType checks that t is *T for a named struct type T that the package
 // at path can name; otherwise it says what t must be.
 func messageType(path string, t types.Type) (typeRef, string) {

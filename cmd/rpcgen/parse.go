@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dabbrpc/dabb/registry"
 	"golang.org/x/tools/go/packages"
 )
 
@@ -137,7 +136,7 @@ func (w *walker) serviceDirectives(p *packages.Package, cg *ast.CommentGroup) {
 				w.fail(posErr(d.pos, "type %s: //dabb:service wants one service name, got %q", w.svc.iface, d.argText))
 				continue
 			}
-			if err := registry.ValidateService(d.args[0]); err != nil {
+			if err := checkServiceName(d.args[0]); err != nil {
 				w.fail(posErr(d.pos, "type %s: //dabb:service: %v", w.svc.iface, err))
 				continue
 			}
