@@ -4,13 +4,16 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"go/build/constraint"
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/tools/go/packages"
@@ -52,6 +55,9 @@ type loader struct {
 	overlay map[string][]byte
 	root    *packages.Package
 	others  map[string]*packages.Package // by import path
+	flags   []string                     // build flags taken out of GOFLAGS
+	env     []string                     // environment of the go command; nil inherits
+	goroot  string
 }
 
 // loadPackage reads the package in cfg.dir.
@@ -70,6 +76,9 @@ func loadPackage(cfg config) (*loader, *pkgInfo, error) {
 		return nil, nil, err
 	}
 	l.overlay = hideGenerated(abs, gen)
+	if err := l.readGoEnv(); err != nil {
+		return nil, nil, err
+	}
 	// With its tests, so that the names the package's own test files
 	// declare count: they share the package block with the generated code.
 	pc := l.packagesConfig()
@@ -144,11 +153,56 @@ func loadPackage(cfg config) (*loader, *pkgInfo, error) {
 }
 
 func (l *loader) packagesConfig() *packages.Config {
-	c := &packages.Config{Mode: loadMode, Dir: l.dir, Env: l.cfg.env, Overlay: l.overlay}
+	c := &packages.Config{Mode: loadMode, Dir: l.dir, Env: l.env, Overlay: l.overlay, BuildFlags: l.flags}
 	if len(l.cfg.tags) > 0 {
-		c.BuildFlags = []string{"-tags=" + strings.Join(l.cfg.tags, ",")}
+		c.BuildFlags = append(slices.Clip(c.BuildFlags), "-tags="+strings.Join(l.cfg.tags, ","))
 	}
 	return c
+}
+
+// readGoEnv asks the go command for GOFLAGS and GOROOT, and moves -modfile
+// from GOFLAGS to the build flags.
+func (l *loader) readGoEnv() error {
+	cmd := exec.Command("go", "env", "-json", "GOFLAGS", "GOROOT")
+	cmd.Dir, cmd.Env = l.dir, l.cfg.env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("rpcgen: go env: %w\n%s", err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	var env struct{ GOFLAGS, GOROOT string }
+	if err := json.Unmarshal(out, &env); err != nil {
+		return fmt.Errorf("rpcgen: go env: %w", err)
+	}
+	l.goroot = env.GOROOT
+	// go/packages first asks the go command its version with
+	// GO111MODULE=off, which refuses -modfile (golang.org/issue/48482). It
+	// leaves the build flags out of that call, so -modfile goes there.
+	var rest []string
+	for _, f := range strings.Fields(env.GOFLAGS) {
+		name, value, _ := strings.Cut(strings.TrimLeft(f, "-"), "=")
+		if name != "modfile" || !strings.HasPrefix(f, "-") {
+			rest = append(rest, f)
+			continue
+		}
+		// Relative to where rpcgen runs, as for a go command run there;
+		// the go command of go/packages runs in the package's directory.
+		abs, err := filepath.Abs(value)
+		if err != nil {
+			return fmt.Errorf("rpcgen: GOFLAGS %s: %w", f, err)
+		}
+		l.flags = []string{"-modfile=" + abs}
+	}
+	l.env = l.cfg.env
+	if l.flags != nil {
+		if l.env == nil {
+			l.env = os.Environ()
+		}
+		// The last value of a variable wins.
+		l.env = append(slices.Clip(l.env), "GOFLAGS="+strings.Join(rest, " "))
+	}
+	return nil
 }
 
 // pkg loads, once, the package at path with its syntax, to read an embedded

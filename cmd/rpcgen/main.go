@@ -79,7 +79,7 @@
 //	         (or space-separated, as the go command also accepts)
 //
 // Rpcgen reads the package with the go command, so run it inside the module
-// that holds the package. It ignores the code of files it wrote earlier, so a
+// that holds the package. It follows GOFLAGS, -modfile included. It ignores the code of files it wrote earlier, so a
 // stale stub never prevents its own regeneration, and it overwrites only such
 // files.
 //
