@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
 	"go/build/constraint"
 	"go/parser"
 	"go/token"
@@ -223,6 +224,63 @@ func (l *loader) pkg(path string) (*packages.Package, error) {
 	}
 	l.others[path] = pkgs[0]
 	return pkgs[0], nil
+}
+
+// notFound explains why the package as loaded lacks the type name: build
+// constraints may exclude the files that declare it.
+func (l *loader) notFound(name string) error {
+	var pos token.Position
+	var files []string
+	for _, path := range l.root.IgnoredFiles {
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(path)
+		if err != nil || isGenerated(src) {
+			continue
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, src, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			continue
+		}
+		id := typeDecl(f, name)
+		if id == nil {
+			continue
+		}
+		if files == nil {
+			pos = fset.Position(id.Pos())
+		}
+		file := filepath.Base(path)
+		if x, err := fileConstraint(fset, f); err == nil && x != nil {
+			file += " (" + x.String() + ")"
+		}
+		files = append(files, file)
+	}
+	if files == nil {
+		return fmt.Errorf("rpcgen: type %s: not found in package %s (%s)", name, l.root.Name, l.dir)
+	}
+	what := "the file that declares it"
+	if len(files) > 1 {
+		what = "the files that declare it"
+	}
+	return posErr(pos, "type %s: not found in package %s: build constraints exclude %s, %s; pass -tags, or set GOOS or GOARCH, to build it",
+		name, l.root.Name, what, strings.Join(files, ", "))
+}
+
+// typeDecl returns the name of the package-level type name that f
+// declares, or nil.
+func typeDecl(f *ast.File, name string) *ast.Ident {
+	for _, d := range f.Decls {
+		if gd, ok := d.(*ast.GenDecl); ok && gd.Tok == token.TYPE {
+			for _, spec := range gd.Specs {
+				if ts := spec.(*ast.TypeSpec); ts.Name.Name == name {
+					return ts.Name
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // generatedFiles returns the content of each file in dir that rpcgen wrote,

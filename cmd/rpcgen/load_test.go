@@ -75,3 +75,42 @@ func withoutVar(env []string, name string) []string {
 	}
 	return out
 }
+
+// TestNotFoundExcluded: an interface that only files excluded by build
+// constraints declare is reported with those files and their constraints.
+func TestNotFoundExcluded(t *testing.T) {
+	decl := func(header, iface string) string {
+		return header + "package small\n\nimport \"context\"\n\ntype " + iface + " interface {\n\tM(ctx context.Context, req *Req) (*Req, error)\n}\n"
+	}
+	dir := smallModule(t, map[string]string{
+		"req.go":           "package small\n\ntype Req struct{}\n",
+		"extra.go":         decl("//go:build extra\n\n", "Extra"),
+		"store_windows.go": decl("", "Store"),
+		"store_darwin.go":  decl("", "Store"),
+		"other_test.go":    decl("//go:build extra\n\n", "InTest"),
+		"gone_dabb.go":     generatedHeader + "\n//go:build extra\n\npackage small\n\ntype Gone interface{}\n",
+	})
+	env := append(os.Environ(), "GOOS=linux")
+	tests := []struct {
+		typ  string
+		want string
+	}{
+		{"Extra", "extra.go:7: rpcgen: type Extra: not found in package small: build constraints exclude the file that declares it, extra.go (extra); pass -tags, or set GOOS or GOARCH, to build it"},
+		{"Store", "store_darwin.go:5: rpcgen: type Store: not found in package small: build constraints exclude the files that declare it, store_darwin.go (darwin), store_windows.go (windows); pass -tags, or set GOOS or GOARCH, to build it"},
+		{"InTest", "rpcgen: type InTest: not found in package small (" + dir + ")"},
+		{"Gone", "rpcgen: type Gone: not found in package small (" + dir + ")"},
+		{"Missing", "rpcgen: type Missing: not found in package small (" + dir + ")"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.typ, func(t *testing.T) {
+			_, err := generate(config{dir: dir, types: []string{tc.typ}, env: env}, "")
+			if err == nil {
+				t.Fatal("no error")
+			}
+			// The file name is absolute: the module is not below the working directory.
+			if got := strings.TrimPrefix(err.Error(), dir+string(filepath.Separator)); got != tc.want {
+				t.Errorf("error:\n got: %s\nwant: %s", got, tc.want)
+			}
+		})
+	}
+}

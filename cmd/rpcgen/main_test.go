@@ -252,7 +252,7 @@ type Extra interface {
 }
 `)
 	var stderr bytes.Buffer
-	if code := run([]string{"-dir", dir, "-type", "Extra"}, &stderr); code != 1 || !strings.Contains(stderr.String(), "type Extra: not found") {
+	if code := run([]string{"-dir", dir, "-type", "Extra"}, &stderr); code != 1 || !strings.Contains(stderr.String(), "type Extra: not found in package fleet: build constraints exclude the file that declares it, extra.go (extra); pass -tags") {
 		t.Errorf("without -tags: exit status %d, stderr:\n%s", code, stderr.String())
 	}
 	// Every form the go command accepts, with a tag that is not an

@@ -35,7 +35,7 @@ func (l *loader) service(name string, info *pkgInfo, errs *errList) *service {
 	root := l.root
 	obj := root.Types.Scope().Lookup(name)
 	if obj == nil {
-		errs.add(fmt.Errorf("rpcgen: type %s: not found in package %s (%s)", name, root.Name, l.dir))
+		errs.add(l.notFound(name))
 		return nil
 	}
 	pos := root.Fset.Position(obj.Pos())
