@@ -294,10 +294,11 @@ type importSet struct {
 	paths  []string          // in the order names were given
 	taken  map[string]bool
 	blank  []string
+	goroot string // for isStd
 }
 
 func newImportSet(pkg *pkgInfo, svcs []*service) *importSet {
-	s := &importSet{byPath: map[string]string{}, taken: map[string]bool{}}
+	s := &importSet{byPath: map[string]string{}, taken: map[string]bool{}, goroot: pkg.goroot}
 	for _, n := range types.Universe.Names() {
 		s.taken[n] = true
 	}
@@ -396,7 +397,7 @@ func (s *importSet) print(g *generator) {
 		switch {
 		case p == dabbPath || p == proxyPath:
 			runtime = append(runtime, spec(p))
-		case isStd(p):
+		case isStd(s.goroot, p):
 			std = append(std, spec(p))
 		default:
 			user = append(user, spec(p))
@@ -418,13 +419,6 @@ func (s *importSet) print(g *generator) {
 		}
 	}
 	g.Printf(")\n\n")
-}
-
-// isStd reports whether p looks like a standard library path: no dot in its
-// first element.
-func isStd(p string) bool {
-	first, _, _ := strings.Cut(p, "/")
-	return !strings.Contains(first, ".")
 }
 
 // lowerFirst lowers the first letter: Inventory -> inventory.

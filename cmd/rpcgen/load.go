@@ -25,6 +25,8 @@ type pkgInfo struct {
 	name string // package name
 	path string // import path
 	dir  string // absolute directory
+	// goroot is the go command's GOROOT, where the standard library is.
+	goroot string
 	// scope holds the package-level names, those of its _test.go files
 	// included and those of files written by rpcgen excluded, with where
 	// they are declared.
@@ -117,6 +119,7 @@ func loadPackage(cfg config) (*loader, *pkgInfo, error) {
 		name:        l.root.Types.Name(),
 		path:        l.root.PkgPath,
 		dir:         abs,
+		goroot:      l.goroot,
 		scope:       map[string]token.Position{},
 		aliases:     map[string]string{},
 		constraints: map[string]constraint.Expr{},
@@ -281,6 +284,24 @@ func typeDecl(f *ast.File, name string) *ast.Ident {
 		}
 	}
 	return nil
+}
+
+// isStd reports whether path names a package of the standard library in
+// goroot.
+func isStd(goroot, path string) bool {
+	// The go command's rule: a path whose first element has no dot, with
+	// Go files in its directory below goroot/src. harness/pb has no dot and
+	// is a module's.
+	if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") || goroot == "" {
+		return false
+	}
+	entries, err := os.ReadDir(filepath.Join(goroot, "src", filepath.FromSlash(path)))
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(entries, func(e os.DirEntry) bool {
+		return !e.IsDir() && strings.HasSuffix(e.Name(), ".go")
+	})
 }
 
 // generatedFiles returns the content of each file in dir that rpcgen wrote,
