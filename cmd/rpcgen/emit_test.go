@@ -1,11 +1,102 @@
 package main
 
 import (
+	"bytes"
+	"flag"
+	"io/fs"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// goldenCase is one input package and the interfaces to generate for.
+type goldenCase struct {
+	name   string // directory under testdata, and subtest name
+	types  []string
+	output string // -output; "" for the default file names
+}
+
+var goldenCases = []goldenCase{
+	{name: "basic", types: []string{"Inventory"}},
+	{name: "service", types: []string{"Catalog"}},
+	{name: "crosspkg", types: []string{"Shop"}},
+	{name: "samepkg", types: []string{"Ledger"}},
+	{name: "embedded", types: []string{"Admin"}},
+	{name: "multi", types: []string{"Cars", "Trucks"}, output: "fleet_dabb.go"},
+}
+
+// TestGolden compares the generated code with testdata/<case>/<file>.golden.
+// Run with -update to rewrite the golden files after a deliberate change.
+func TestGolden(t *testing.T) {
+	for _, tc := range goldenCases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join("testdata", tc.name)
+			files, err := generate(config{dir: dir, types: tc.types}, tc.output)
+			if err != nil {
+				t.Fatalf("generate: %v", err)
+			}
+			if len(files) != 1 {
+				t.Fatalf("generate returned %d files, want 1", len(files))
+			}
+			got := files[0].src
+			golden := filepath.Join(dir, filepath.Base(files[0].path)+".golden")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("generated code differs from %s (run go test -update if the change is deliberate)\n%s", golden, lineDiff(string(want), string(got)))
+			}
+		})
+	}
+}
+
+// TestGoldenDeterministic checks that two runs produce the same bytes.
+func TestGoldenDeterministic(t *testing.T) {
+	tc := goldenCases[2] // crosspkg: the most imports
+	var outs [2][]byte
+	for i := range outs {
+		files, err := generate(config{dir: filepath.Join("testdata", tc.name), types: tc.types}, "")
+		if err != nil {
+			t.Fatalf("generate: %v", err)
+		}
+		outs[i] = files[0].src
+	}
+	if !bytes.Equal(outs[0], outs[1]) {
+		t.Errorf("two runs differ:\n%s", lineDiff(string(outs[0]), string(outs[1])))
+	}
+}
+
+// lineDiff shows the first differing line of want and got, with context.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl || i >= len(w) || i >= len(g) {
+			return "first difference at line " + strconv.Itoa(i+1) + ":\n  want: " + wl + "\n  got:  " + gl
+		}
+	}
+	return "no line differs (line endings?)"
+}
 
 // TestImportGroups: the generated imports are grouped by where the package
 // is, the standard library or not, whatever the dots of its path: harness/pb
@@ -50,19 +141,349 @@ type Svc interface {
 	}
 }
 
-// TestIsStd: the standard library is what GOROOT holds.
-func TestIsStd(t *testing.T) {
-	l := &loader{dir: t.TempDir()}
-	if err := l.readGoEnv(); err != nil {
-		t.Fatal(err)
+// TestNamesTheOutputWouldMisread: a package-level declaration hiding a
+// builtin the generated code uses, and a message type named like one of
+// its variables, are refused (the output would not compile, or would mean
+// something else).
+func TestNamesTheOutputWouldMisread(t *testing.T) {
+	dir := smallModule(t, map[string]string{"svc.go": `package small
+
+import "context"
+
+type srv struct{}
+
+type Resp struct{}
+
+func new() {}
+
+type Svc interface {
+	M(ctx context.Context, req *srv) (*Resp, error)
+}
+`})
+	_, err := generate(config{dir: dir, types: []string{"Svc"}}, "")
+	if err == nil {
+		t.Fatal("no error")
 	}
-	for path, want := range map[string]bool{
-		"context": true, "net/url": true, "go/build/constraint": true,
-		"harness/pb": false, "harness": false, "github.com/dabbrpc/dabb": false, "golang.org/x/tools": false,
-		"net": true,
+	for _, want := range []string{
+		"svc.go:9: rpcgen: new: hides Go's builtin new, which the generated code uses; rename it",
+		"svc.go:5: rpcgen: type srv: message of Svc.M, named like a variable of the generated code",
 	} {
-		if got := isStd(l.goroot, path); got != want {
-			t.Errorf("isStd(%q) = %v, want %v", path, got, want)
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
 		}
 	}
 }
+
+func TestDuration(t *testing.T) {
+	g := &generator{imports: &importSet{byPath: map[string]string{"time": "time"}}}
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{200 * time.Millisecond, "200 * time.Millisecond"},
+		{2 * time.Second, "2 * time.Second"},
+		{time.Second, "time.Second"},
+		{1500 * time.Microsecond, "1500 * time.Microsecond"},
+		{1500 * time.Millisecond, "1500 * time.Millisecond"},
+		{90 * time.Second, "90 * time.Second"},
+		{2 * time.Hour, "2 * time.Hour"},
+		{time.Minute, "time.Minute"},
+		{7, "7 * time.Nanosecond"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.d.String(), func(t *testing.T) {
+			if got := g.duration(tc.d); got != tc.want {
+				t.Errorf("duration(%v) = %q, want %q", tc.d, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFormatSourceError(t *testing.T) {
+	_, err := formatSource([]byte("package x\n\nfunc {\n"))
+	if err == nil {
+		t.Fatal("no error for source that does not parse")
+	}
+	for _, want := range []string{"rpcgen: internal error", "    3\tfunc {"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+// TestCompile generates every golden case into a package inside this module,
+// then vets it and runs a loopback test against the real dabb runtime. It is
+// skipped while the runtime packages do not build.
+func TestCompile(t *testing.T) {
+	goCmd := goTool(t)
+	out, err := exec.Command(goCmd, "build", dabbPath, proxyPath, codecPath).CombinedOutput()
+	if err != nil {
+		t.Skipf("skipping: the dabb runtime (%s, %s, %s) does not build yet, so generated code cannot be compiled against it; TestCompileShapes still checks it against the documented API:\n%s",
+			dabbPath, proxyPath, codecPath, out)
+	}
+	// Under testdata, so that "go build ./..." ignores it, and inside the
+	// module, so that it can import the runtime.
+	dir, err := os.MkdirTemp("testdata", "compile-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	compileCases(t, goCmd, dir, nil)
+}
+
+// TestCompileShapes does what TestCompile does, against a stand-in for the
+// runtime in a module of its own that declares exactly the API the generated
+// code is documented to use. It runs whether the real runtime builds or not.
+func TestCompileShapes(t *testing.T) {
+	goCmd := goTool(t)
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "go.mod"), "module github.com/dabbrpc/dabb\n\ngo 1.26\n")
+	writeFile(t, filepath.Join(root, "dabb.go"), shimDabb)
+	writeFile(t, filepath.Join(root, "proxy", "proxy.go"), shimProxy)
+	writeFile(t, filepath.Join(root, "codec", "proto", "proto.go"), "// Package proto stands in for the protobuf codec.\npackage proto\n")
+	copyTree(t, filepath.Join("testdata", "types"), filepath.Join(root, "cmd", "rpcgen", "testdata", "types"))
+	env := append(os.Environ(), "GOWORK=off", "GOPROXY=off", "GOFLAGS=-mod=mod")
+	compileCases(t, goCmd, filepath.Join(root, "cmd", "rpcgen", "testdata", "compile"), env)
+}
+
+// compileCases copies each golden case into dir, runs rpcgen on it, adds a
+// loopback test to the basic case, and vets and tests the result with env.
+func compileCases(t *testing.T, goCmd, dir string, env []string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: skipping the compile test, which runs the go command")
+	}
+	var pkgs []string
+	for _, tc := range goldenCases {
+		caseDir := filepath.Join(dir, tc.name)
+		copyTree(t, filepath.Join("testdata", tc.name), caseDir)
+		output := tc.output
+		if output != "" {
+			output = filepath.Join(caseDir, output)
+		}
+		files, err := generate(config{dir: caseDir, types: tc.types, env: env}, output)
+		if err != nil {
+			t.Fatalf("%s: generate: %v", tc.name, err)
+		}
+		if err := writeFiles(files); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, "./"+tc.name)
+	}
+	writeFile(t, filepath.Join(dir, "basic", "loopback_test.go"), loopbackTest)
+
+	goRun := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command(goCmd, args...)
+		cmd.Dir = dir
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	goRun(append([]string{"vet"}, pkgs...)...)
+	goRun("test", "-count=1", "./basic")
+}
+
+func goTool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("skipping: no go command: %v", err)
+	}
+	return p
+}
+
+// copyTree copies the regular files below src to dst, leaving out golden
+// files.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(path, ".golden") {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		writeFile(t, filepath.Join(dst, rel), string(data))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// shimDabb and shimProxy declare the runtime API exactly as generated code
+// uses it.
+const shimDabb = `// Package dabb stands in for the runtime.
+package dabb
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// SupportPackageIsVersion1 is the generated-code version guard.
+const SupportPackageIsVersion1 = true
+
+// MethodHandler decodes a request and calls the implementation.
+type MethodHandler func(srv any, ctx context.Context, dec func(any) error) (any, error)
+
+// MethodDesc describes one method.
+type MethodDesc struct {
+	Name       string
+	Idempotent bool
+	Timeout    time.Duration
+	Handler    MethodHandler
+}
+
+// ServiceDesc describes one service.
+type ServiceDesc struct {
+	Name        string
+	HandlerType any
+	Methods     []MethodDesc
+}
+
+// Server serves services.
+type Server struct{ services map[string]any }
+
+// RegisterService records impl under desc.Name.
+func (s *Server) RegisterService(desc *ServiceDesc, impl any) error {
+	if s.services == nil {
+		s.services = map[string]any{}
+	}
+	if _, dup := s.services[desc.Name]; dup {
+		return errors.New("dabb: duplicate service")
+	}
+	s.services[desc.Name] = impl
+	return nil
+}
+`
+
+const shimProxy = `// Package proxy stands in for the client side of the runtime.
+package proxy
+
+import (
+	"context"
+	"time"
+)
+
+// Caller is what stubs hold.
+type Caller interface {
+	Invoke(ctx context.Context, service, method string, req, resp any, opts ...CallOption) error
+}
+
+// CallOption adjusts one call.
+type CallOption interface{ apply() }
+
+type option struct {
+	idempotent bool
+	timeout    time.Duration
+}
+
+func (option) apply() {}
+
+// Idempotent marks a call as safe to retry.
+func Idempotent() CallOption { return option{idempotent: true} }
+
+// Timeout bounds a call.
+func Timeout(d time.Duration) CallOption { return option{timeout: d} }
+`
+
+// loopbackTest is added to the generated basic package: a proxy.Caller that
+// serves calls in process through the generated ServiceDesc, so that a call
+// goes stub -> Invoke -> handler -> implementation and back.
+const loopbackTest = `package inventory
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb"
+	"github.com/dabbrpc/dabb/cmd/rpcgen/testdata/types/pb"
+	"github.com/dabbrpc/dabb/proxy"
+)
+
+type loopback struct {
+	desc  *dabb.ServiceDesc
+	impl  any
+	nopts map[string]int
+}
+
+func (l *loopback) Invoke(ctx context.Context, service, method string, req, resp any, opts ...proxy.CallOption) error {
+	if service != l.desc.Name {
+		return errors.New("unknown service " + service)
+	}
+	for _, m := range l.desc.Methods {
+		if m.Name != method {
+			continue
+		}
+		l.nopts[method] = len(opts)
+		out, err := m.Handler(l.impl, ctx, func(v any) error {
+			reflect.ValueOf(v).Elem().Set(reflect.ValueOf(req).Elem())
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		reflect.ValueOf(resp).Elem().Set(reflect.ValueOf(out).Elem())
+		return nil
+	}
+	return errors.New("unknown method " + method)
+}
+
+type store struct{}
+
+func (store) Deduct(ctx context.Context, req *pb.DeductRequest) (*pb.DeductReply, error) {
+	if req.Count < 0 {
+		return nil, errors.New("negative count")
+	}
+	return &pb.DeductReply{Left: 10 - req.Count}, nil
+}
+
+func (store) Stock(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, error) {
+	return &pb.StockReply{Count: int64(len(req.SKU))}, nil
+}
+
+func TestLoopback(t *testing.T) {
+	lb := &loopback{desc: &InventoryServiceDesc, impl: store{}, nopts: map[string]int{}}
+	c := NewInventoryClient(lb)
+	ctx := context.Background()
+
+	d, err := c.Deduct(ctx, &pb.DeductRequest{SKU: "a", Count: 3})
+	if err != nil || d.Left != 7 {
+		t.Errorf("Deduct = %+v, %v; want Left 7", d, err)
+	}
+	if d, err := c.Deduct(ctx, &pb.DeductRequest{Count: -1}); d != nil || err == nil || err.Error() != "negative count" {
+		t.Errorf("Deduct(-1) = %+v, %v; want nil, negative count", d, err)
+	}
+	s, err := c.Stock(ctx, &pb.StockRequest{SKU: "abcd"})
+	if err != nil || s.Count != 4 {
+		t.Errorf("Stock = %+v, %v; want Count 4", s, err)
+	}
+	if lb.nopts["Deduct"] != 0 || lb.nopts["Stock"] != 2 {
+		t.Errorf("options per call = %v, want Deduct 0, Stock 2", lb.nopts)
+	}
+
+	if InventoryServiceDesc.Name != "inventory.Inventory" {
+		t.Errorf("ServiceDesc.Name = %q, want inventory.Inventory", InventoryServiceDesc.Name)
+	}
+	m := InventoryServiceDesc.Methods
+	if len(m) != 2 || m[0].Name != "Deduct" || m[0].Idempotent || m[0].Timeout != 0 ||
+		m[1].Name != "Stock" || !m[1].Idempotent || m[1].Timeout != 200*time.Millisecond {
+		t.Errorf("methods = %+v", m)
+	}
+	if _, ok := InventoryServiceDesc.HandlerType.(*Inventory); !ok {
+		t.Errorf("HandlerType is %T, want *Inventory", InventoryServiceDesc.HandlerType)
+	}
+}
+`
