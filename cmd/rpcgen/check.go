@@ -43,10 +43,10 @@ func checkInterface(obj types.Object) (*types.TypeName, *types.Interface, string
 	return tn, iface, ""
 }
 
-// checkSignature applies the RPC form, M(ctx context.Context, req *T) (*U,
-// error), to the signature of a method of package p. root is the path of
-// the package the generated code goes into. It returns the message types,
-// or what is wrong with the signature.
+// checkSignature applies the RPC form to the signature of a method of
+// package p. The form is M(ctx context.Context, req *T) (*U, error). root is
+// the path of the package the generated code goes into. It returns the
+// message types, or what is wrong with the signature.
 func checkSignature(root string, p *packages.Package, sig *types.Signature) (req, resp typeRef, problem string) {
 	if hasInvalid(sig) {
 		return req, resp, "signature does not type-check" + typeErrors(p)
@@ -143,8 +143,8 @@ func nameable(path string, obj types.Object) bool {
 }
 
 // importable reports whether the package at from may import the package at
-// path, by Go's rule for internal packages: below a path element
-// "internal", only the tree rooted at its parent may.
+// path. Go's rule for internal packages applies: below a path element
+// "internal", only the tree rooted at its parent may import.
 func importable(path, from string) bool {
 	i := strings.LastIndex("/"+path+"/", "/internal/")
 	if i < 0 {
@@ -287,11 +287,11 @@ func posErr(pos token.Position, format string, args ...any) error {
 // errList collects the problems of one run; past maxErrors it only counts.
 type errList []error
 
-// add records err, unless the same problem was already recorded (a
-// directive inside an interface literal is seen by the walk of the literal
-// and by that of the enclosing interface; one above a group of types is
-// seen once per type of the run in the group).
+// add records err, unless the same problem is already recorded.
 func (e *errList) add(err error) {
+	// The walks of a literal and of its enclosing interface both see a
+	// directive inside the literal. A directive above a group of types is
+	// seen once per type of the run in the group.
 	if !slices.ContainsFunc(*e, func(x error) bool { return x.Error() == err.Error() }) {
 		*e = append(*e, err)
 	}

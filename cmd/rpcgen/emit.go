@@ -86,7 +86,7 @@ func declared(svcs []*service) [][2]string {
 }
 
 // checkNames fails when a generated name is declared twice, by the package
-// or by the services of this run, and when a package-level name would
+// or by this run's services. It also fails when a package-level name would
 // change what the generated code means: one hiding a builtin it uses, or a
 // message type named like one of its variables.
 func checkNames(pkg *pkgInfo, svcs []*service) error {

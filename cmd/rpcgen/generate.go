@@ -124,13 +124,12 @@ func generate(cfg config, output string) ([]outFile, error) {
 	return files, nil
 }
 
-// checkStale fails when a file rpcgen wrote earlier in the package, in the
-// build as loaded, holds code generated for an interface of files but is
-// not one of them: left in place, it would declare the names of that code a
-// second time. This is what an output of an older rpcgen, which named the
-// file of an interface declared under a build constraint as it names the
-// others, looks like beside the file that replaces it.
+// checkStale fails when an earlier output in the build holds code for an
+// interface of files but is not one of files. Left in place, it would
+// declare the names of that code a second time.
 func checkStale(pkg *pkgInfo, files []outFile) error {
+	// Older versions of rpcgen named the output of a constrained file as
+	// they named the others: that file now sits beside its replacement.
 	var errs errList
 	for _, name := range slices.Sorted(maps.Keys(pkg.generated)) {
 		path := filepath.Join(pkg.dir, name)
@@ -150,10 +149,9 @@ func checkStale(pkg *pkgInfo, files []outFile) error {
 	return errs.err()
 }
 
-// keptNames returns the package-level names declared by the files rpcgen
-// wrote earlier for other interfaces than svcs, and that are not among
-// files: the other runs' output, which stays, so the names it declares are
-// taken.
+// keptNames returns the package-level names declared by the other runs'
+// output. That output is the files rpcgen wrote earlier for interfaces other
+// than svcs, not among files. It stays, so the names it declares are taken.
 func keptNames(pkg *pkgInfo, svcs []*service, files []outFile) map[string]token.Position {
 	kept := map[string]token.Position{}
 	for _, name := range slices.Sorted(maps.Keys(pkg.generated)) {

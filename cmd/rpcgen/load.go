@@ -328,9 +328,9 @@ func generatedFiles(dir string) (map[string][]byte, error) {
 }
 
 // hideGenerated returns an overlay that empties the generated files gen of
-// dir, leaving their header and package clause, so that stale generated code
-// neither breaks loading nor counts as a declaration, and each file stays
-// under its build constraint.
+// dir down to their header and package clause. Stale generated code then
+// neither breaks loading nor counts as a declaration. Each file keeps its
+// build constraint.
 func hideGenerated(dir string, gen map[string][]byte) map[string][]byte {
 	overlay := map[string][]byte{}
 	for name, src := range gen {

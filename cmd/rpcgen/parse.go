@@ -155,9 +155,9 @@ func (w *walker) serviceDirectives(p *packages.Package, cg *ast.CommentGroup) {
 }
 
 // walk visits the elements of the interface literal it, declared in file of
-// package p. via names the embedded interface it came from ("" at the top).
-// site, when set, is where problems are reported: the line of the target
-// package that embeds an interface from another package.
+// package p. The argument via names the embedded interface it came from (""
+// at the top). A non-nil site is where problems are reported: the line of
+// the target package that embeds an interface from another package.
 func (w *walker) walk(p *packages.Package, file *ast.File, it *ast.InterfaceType, via string, site *token.Position) {
 	if w.visiting[it] {
 		return // an embedding cycle; the type checker reports it
