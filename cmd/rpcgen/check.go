@@ -1,4 +1,4 @@
-// The type rules of a service's methods, and how problems are reported.
+// The rules a service's interface, methods and name follow, and how problems are reported.
 
 package main
 
@@ -154,6 +154,7 @@ func importable(path, from string) bool {
 	return from == parent || strings.HasPrefix(from, parent+"/")
 }
 
+// refTo names the package-level obj.
 func refTo(obj types.Object) typeRef {
 	return typeRef{path: importPath(obj.Pkg().Path()), pkg: obj.Pkg().Name(), name: obj.Name()}
 }
@@ -166,11 +167,13 @@ func importPath(p string) string {
 	return strings.TrimPrefix(p, "vendor/")
 }
 
+// isContext reports whether t is context.Context.
 func isContext(t types.Type) bool {
 	n, ok := types.Unalias(t).(*types.Named)
 	return ok && n.Obj().Pkg() != nil && n.Obj().Pkg().Path() == "context" && n.Obj().Name() == "Context"
 }
 
+// isError reports whether t is the predeclared error.
 func isError(t types.Type) bool {
 	return types.Identical(t, types.Universe.Lookup("error").Type())
 }
@@ -215,10 +218,12 @@ func typeErrors(p *packages.Package) string {
 	return b.String()
 }
 
+// typeString spells t as the source of p would.
 func typeString(p *packages.Package, t types.Type) string {
 	return types.TypeString(t, types.RelativeTo(p.Types))
 }
 
+// tupleString spells a result list as the source of p would.
 func tupleString(p *packages.Package, t *types.Tuple) string {
 	parts := make([]string, 0, t.Len())
 	for v := range t.Variables() {
@@ -227,6 +232,7 @@ func tupleString(p *packages.Package, t *types.Tuple) string {
 	return "(" + strings.Join(parts, ", ") + ")"
 }
 
+// objKind names the kind of a package-level object that is not a type.
 func objKind(o types.Object) string {
 	switch o.(type) {
 	case *types.Const:
@@ -240,6 +246,7 @@ func objKind(o types.Object) string {
 	}
 }
 
+// kindOf names the kind of a type that is not an interface.
 func kindOf(t types.Type) string {
 	switch t.(type) {
 	case *types.Struct:
@@ -297,6 +304,7 @@ func (e *errList) add(err error) {
 	}
 }
 
+// err joins the problems into one error, nil if there are none.
 func (e errList) err() error {
 	if len(e) > maxErrors {
 		e = append(e[:maxErrors:maxErrors], fmt.Errorf("rpcgen: and %d more problems", len(e)-maxErrors))

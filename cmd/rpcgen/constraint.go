@@ -1,3 +1,5 @@
+// Build constraints: a file's, carried to its output, and the output's name.
+
 package main
 
 import (

@@ -1,3 +1,5 @@
+// Emitting: the Go source of the client stub and server glue of services.
+
 package main
 
 import (

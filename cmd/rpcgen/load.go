@@ -156,6 +156,7 @@ func loadPackage(cfg config) (*loader, *pkgInfo, error) {
 	return l, info, nil
 }
 
+// packagesConfig is the go/packages configuration of every load of a run.
 func (l *loader) packagesConfig() *packages.Config {
 	c := &packages.Config{Mode: loadMode, Dir: l.dir, Env: l.env, Overlay: l.overlay, BuildFlags: l.flags}
 	if len(l.cfg.tags) > 0 {

@@ -119,6 +119,7 @@ type walker struct {
 	bad      bool                  // a problem was reported
 }
 
+// fail records a problem of the interface.
 func (w *walker) fail(err error) {
 	w.bad = true
 	w.errs.add(err)
@@ -393,6 +394,7 @@ func findSpec(p *packages.Package, obj types.Object) (*ast.TypeSpec, *ast.GenDec
 	return nil, nil, nil
 }
 
+// fileOf returns the file of p that holds pos.
 func fileOf(p *packages.Package, pos token.Pos) *ast.File {
 	for _, f := range p.Syntax {
 		if f.FileStart <= pos && pos <= f.FileEnd {
@@ -434,6 +436,7 @@ func directives(p *packages.Package, cg *ast.CommentGroup) []directive {
 	return ds
 }
 
+// commentList returns the comments of cg, which may be nil.
 func commentList(cg *ast.CommentGroup) []*ast.Comment {
 	if cg == nil {
 		return nil
