@@ -9,9 +9,9 @@ import (
 
 // allowed lists, for each library package, the dabb packages it may import,
 // directly or not: the table in docs/design.md. A package that is not listed
-// may import anything (examples, commands, tests). Subpackages of codec and
-// registry may also import their parent. DO NOT CHANGE THIS TABLE TO FIX A
-// BUILD: fix the import.
+// may import anything (examples, tests); commands follow commands below.
+// Subpackages of codec and registry may also import their parent. DO NOT
+// CHANGE THIS TABLE TO FIX A BUILD: fix the import.
 var allowed = map[string][]string{
 	"protocol":  {},
 	"codec":     {},
@@ -100,4 +100,76 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// commands lists, for each command under cmd/, the dabb packages it may
+// import, directly or not. Beside those, a command depends only on the
+// standard library and golang.org/x/tools, with what that module's
+// go/packages needs: a generator builds without the runtime's dependencies.
+var commands = map[string][]string{
+	"cmd/rpcgen": {},
+}
+
+// toolsPackages is the package whose dependencies a command may share.
+const toolsPackages = "golang.org/x/tools/go/packages"
+
+func TestImportCommands(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Standard,Module,Deps", "./cmd/...", toolsPackages)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	type pkg struct {
+		ImportPath string
+		Standard   bool
+		Module     *struct{ Path string }
+		Deps       []string
+	}
+	byPath := map[string]*pkg{}
+	var roots []*pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		p := new(pkg)
+		if err := dec.Decode(p); err != nil {
+			t.Fatalf("decode go list output: %v", err)
+		}
+		byPath[p.ImportPath] = p
+		if strings.HasPrefix(p.ImportPath, module+"/cmd/") {
+			roots = append(roots, p)
+		}
+	}
+	tools, ok := byPath[toolsPackages]
+	if !ok {
+		t.Fatalf("go list did not list %s", toolsPackages)
+	}
+	shared := map[string]bool{}
+	for _, d := range tools.Deps {
+		shared[d] = true
+	}
+	if len(roots) == 0 {
+		t.Fatal("go list found no package under cmd/: is go list working?")
+	}
+	for _, p := range roots {
+		rel := strings.TrimPrefix(p.ImportPath, module+"/")
+		rule, ok := commands[rel]
+		if !ok {
+			t.Errorf("%s has no entry in commands: add one, with the dabb packages it may import", p.ImportPath)
+			continue
+		}
+		for _, d := range p.Deps {
+			dp := byPath[d]
+			switch {
+			case strings.HasPrefix(d, module+"/"):
+				if dep := strings.TrimPrefix(d, module+"/"); !contains(rule, dep) {
+					t.Errorf("%s imports %s; a command imports no dabb package but those listed in commands", p.ImportPath, d)
+				}
+			case dp != nil && dp.Standard, shared[d], d == toolsPackages:
+			case dp != nil && dp.Module != nil && dp.Module.Path == "golang.org/x/tools":
+			default:
+				t.Errorf("%s depends on %s, outside the standard library and golang.org/x/tools (with what %s needs); a command stays a standalone tool", p.ImportPath, d, toolsPackages)
+			}
+		}
+	}
 }

@@ -1,3 +1,5 @@
+// Build constraints: a file's, carried to its output, and the output's name.
+
 package main
 
 import (
@@ -9,8 +11,8 @@ import (
 )
 
 // knownOS and knownArch are the GOOS and GOARCH values that make a file-name
-// suffix a build constraint: go/build's lists (internal/syslist), which
-// include values of ports that no longer exist or do not exist yet.
+// suffix a build constraint. They are go/build's lists (internal/syslist).
+// These include ports that no longer exist or do not exist yet.
 var (
 	knownOS = setOf("aix android darwin dragonfly freebsd hurd illumos ios js linux nacl netbsd openbsd plan9 solaris wasip1 windows zos")
 
@@ -25,9 +27,10 @@ func setOf(words string) map[string]bool {
 	return m
 }
 
-// fileConstraint returns the build constraint of a file: the one its name
-// implies (a _GOOS, _GOARCH or _GOOS_GOARCH suffix) and the one of its
-// //go:build line or, lacking that, of its // +build lines; nil if none.
+// fileConstraint returns the build constraint of a file, or nil if it has
+// none. It joins the constraint its name implies (a _GOOS, _GOARCH or
+// _GOOS_GOARCH suffix) to that of its //go:build line. Lacking that line, it
+// reads the file's // +build lines.
 func fileConstraint(fset *token.FileSet, f *ast.File) (constraint.Expr, error) {
 	x := fileNameConstraint(filepath.Base(fset.Position(f.Package).Filename))
 	var goBuild, plusBuild constraint.Expr
@@ -95,19 +98,19 @@ func osArchSuffix(stem string) string {
 }
 
 // outputName returns the default name of the file generated for the
-// interface iface declared in the file src, whose build constraint is
-// constrained or not. Without one, it is <lowercase iface>_dabb.go. With
-// one, the name is also derived from src's, so that the declarations of one
-// interface in files for different builds (store_linux.go and
-// store_windows.go) get files of their own, and a _GOOS or _GOARCH suffix of
-// src's name stays last: Store of store_linux.go goes to
-// store_dabb_linux.go, of store_unix.go to store_unix_dabb.go, of
+// interface iface declared in the file src. constrained tells whether src
+// has a build constraint. Without one, the name is <lowercase iface>_dabb.go.
+// With one, it is also derived from src's, and a _GOOS or _GOARCH suffix of
+// src's name stays last. Store of store_linux.go goes to
+// store_dabb_linux.go, of store_unix.go to store_unix_dabb.go, and of
 // svc_linux.go to store_svc_dabb_linux.go.
 func outputName(iface, src string, constrained bool) string {
 	lower := strings.ToLower(iface)
 	if !constrained {
 		return lower + "_dabb.go"
 	}
+	// One interface may be declared in files for different builds, such as
+	// store_linux.go and store_windows.go: each gets a file of its own.
 	src = strings.TrimSuffix(src, ".go")
 	stem, rest, dot := strings.Cut(src, ".") // go/build reads the suffix before the first dot
 	if dot {

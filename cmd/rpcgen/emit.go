@@ -1,3 +1,5 @@
+// Emitting: the Go source of the client stub and server glue of services.
+
 package main
 
 import (
@@ -86,7 +88,7 @@ func declared(svcs []*service) [][2]string {
 }
 
 // checkNames fails when a generated name is declared twice, by the package
-// or by the services of this run, and when a package-level name would
+// or by this run's services. It also fails when a package-level name would
 // change what the generated code means: one hiding a builtin it uses, or a
 // message type named like one of its variables.
 func checkNames(pkg *pkgInfo, svcs []*service) error {
@@ -294,10 +296,11 @@ type importSet struct {
 	paths  []string          // in the order names were given
 	taken  map[string]bool
 	blank  []string
+	goroot string // for isStd
 }
 
 func newImportSet(pkg *pkgInfo, svcs []*service) *importSet {
-	s := &importSet{byPath: map[string]string{}, taken: map[string]bool{}}
+	s := &importSet{byPath: map[string]string{}, taken: map[string]bool{}, goroot: pkg.goroot}
 	for _, n := range types.Universe.Names() {
 		s.taken[n] = true
 	}
@@ -396,7 +399,7 @@ func (s *importSet) print(g *generator) {
 		switch {
 		case p == dabbPath || p == proxyPath:
 			runtime = append(runtime, spec(p))
-		case isStd(p):
+		case isStd(s.goroot, p):
 			std = append(std, spec(p))
 		default:
 			user = append(user, spec(p))
@@ -418,13 +421,6 @@ func (s *importSet) print(g *generator) {
 		}
 	}
 	g.Printf(")\n\n")
-}
-
-// isStd reports whether p looks like a standard library path: no dot in its
-// first element.
-func isStd(p string) bool {
-	first, _, _ := strings.Cut(p, "/")
-	return !strings.Contains(first, ".")
 }
 
 // lowerFirst lowers the first letter: Inventory -> inventory.

@@ -22,23 +22,25 @@
 //	var InventoryServiceDesc = dabb.ServiceDesc{...}        // the server glue
 //
 // A client calls inventory.NewInventoryClient(client).Deduct(ctx, req), where
-// client is a *proxy.Client; a server calls
+// client is a *proxy.Client. A server calls
 // inventory.RegisterInventoryServer(srv, impl) before serving.
 //
 // # Methods
 //
-// Every method of the interface, including those of embedded interfaces
-// (flattened in declaration order; an embedded any adds none), must be
-// exported and have the form
+// Every method of the interface must be exported and have the form
 //
 //	Name(ctx context.Context, req *Request) (*Response, error)
 //
-// where Request and Response are named struct types (protobuf messages in
-// practice; the codec chosen at run time decides what it can encode). They may
-// be declared in the same package or imported from others. The generated code
-// names the type itself, not an alias of it, unless it cannot: a type of an
-// internal package that the interface's package may not import is named
-// through the exported alias the source refers to it by.
+// Request and Response are named struct types: protobuf messages in
+// practice, since the codec chosen at run time decides what it can encode.
+// They may be declared in the same package or imported from others. The
+// methods of embedded interfaces count, flattened in declaration order; an
+// embedded any adds none.
+//
+// The generated code names a message type itself, not an alias of it. The
+// exception is a type of an internal package that the interface's package
+// may not import: the code names it through the exported alias the source
+// refers to it by.
 //
 // # Directives
 //
@@ -52,15 +54,16 @@
 //
 //	//dabb:service name   the service name; default <package name>.<Interface>
 //
-// A service name must be one the registry accepts (registry.ValidateService):
-// not empty, "." or "..", and without '/' or control characters. In a group
-// of types, type ( ... ), the interface's doc comment is the one inside the
-// parentheses; the group's own doc comment holds the directives only for a
-// group of one type without a doc comment of its own.
+// A service name must be one the registry accepts (registry.ValidateService).
+// It is not empty, "." or "..", and has no '/' or control characters.
 //
-// Unknown directives, directives anywhere else inside the interface or above
-// a group of types, and lines like "// dabb:idempotent" (a space after the
-// slashes) are errors, so a typo cannot be ignored silently.
+// In a group of types, type ( ... ), the interface's doc comment is the one
+// inside the parentheses. The group's own doc comment holds the directives
+// only for a group of one type without a doc comment of its own.
+//
+// Unknown directives are errors, so a typo cannot be ignored silently. So
+// are directives anywhere else inside the interface or above a group of
+// types, and lines like "// dabb:idempotent", with a space after the slashes.
 //
 // # Usage
 //
@@ -79,44 +82,44 @@
 //	         (or space-separated, as the go command also accepts)
 //
 // Rpcgen reads the package with the go command, so run it inside the module
-// that holds the package. It ignores the code of files it wrote earlier, so a
-// stale stub never prevents its own regeneration, and it overwrites only such
-// files.
+// that holds the package. It follows GOFLAGS, -modfile included. It ignores
+// the code of files it wrote earlier, so a stale stub never prevents its own
+// regeneration. It overwrites only such files.
 //
 // The generated code names its imports so that they clash with no
-// package-level name, those of the package's _test.go files included, and
-// rpcgen refuses to generate a name the package already declares. The files
-// it wrote earlier for other interfaces, which it keeps, count as declaring
-// their names, so separate runs (one //go:generate line per interface) cannot
-// generate the same name twice. Each generated file records the interfaces it
-// was generated for, and rpcgen refuses to replace it with one that lacks any
+// package-level name, those of the package's _test.go files included.
+// Rpcgen refuses to generate a name the package already declares. The files
+// it wrote earlier for other interfaces stay, and count as declaring their
+// names. So separate runs, one //go:generate line per interface, cannot
+// generate the same name twice. Each generated file records the interfaces
+// it was generated for. Rpcgen refuses to replace it with one that lacks any
 // of them, as a run for another type bound for the same file name would.
 //
 // On a problem rpcgen prints one line per problem, in the form
 //
 //	inventory.go:21: rpcgen: method Stock: first parameter must be context.Context, got string
 //
-// writes nothing and exits with status 1; a usage error exits with status 2.
+// It then writes nothing and exits with status 1. A usage error exits with
+// status 2.
 //
 // The generated code imports the dabb runtime packages github.com/dabbrpc/dabb
-// and github.com/dabbrpc/dabb/proxy, the protobuf codec
-// github.com/dabbrpc/dabb/codec/proto, and the packages of the messages; it
+// and github.com/dabbrpc/dabb/proxy. It also imports the protobuf codec
+// github.com/dabbrpc/dabb/codec/proto and the packages of the messages. It
 // stops compiling against a runtime too old for it.
 //
 // # Build constraints
 //
 // The generated file builds exactly where the files declaring its interfaces
-// do: it carries their build constraints, those of their //go:build lines
-// (or // +build lines) and those their names imply (svc_linux.go builds only
-// on Linux), combined into one //go:build line.
+// do. It carries their build constraints, combined into one //go:build line:
+// those of their //go:build lines (or // +build lines) and those their names
+// imply (svc_linux.go builds only on Linux).
 //
 // An interface declared in a file with a build constraint may be declared
-// again, for other builds, in other files: store_linux.go and
-// store_windows.go, which go generate reads each under its own GOOS. So
-// that each declaration gets a file of its own, the default name of the
-// file generated for such an interface is derived from the name of the file
-// declaring it too, and a _GOOS, _GOARCH or _GOOS_GOARCH suffix of that
-// name stays last:
+// again, for other builds, in other files. Take store_linux.go and
+// store_windows.go, which go generate reads each under its own GOOS. Each
+// declaration gets a file of its own: the default name of the generated
+// file derives from the name of the file declaring the interface too. A
+// _GOOS, _GOARCH or _GOOS_GOARCH suffix of that name stays last:
 //
 //	Store in store.go (no constraint)          store_dabb.go
 //	Store in store_linux.go                    store_dabb_linux.go
@@ -125,10 +128,10 @@
 //	Store in svc_linux.go                      store_svc_dabb_linux.go
 //
 // Older versions of rpcgen named these files <lowercase type>_dabb.go as
-// well. A run without -output that finds, in the build it loads, a file
-// generated earlier for one of its interfaces under another name reports it
-// and writes nothing, so that the file is deleted rather than left to
-// declare the same names a second time.
+// well. A run without -output may find such a file in the build it loads,
+// generated earlier for one of its interfaces under another name. It reports
+// the file and writes nothing, so that the file is deleted rather than left
+// to declare the same names twice.
 package main
 
 import (
@@ -136,13 +139,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"go/ast"
-	"go/parser"
 	"go/token"
 	"io"
-	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"unicode"
@@ -231,7 +230,7 @@ func splitList(s string) ([]string, error) {
 }
 
 // splitTags splits a -tags value as the go command does, on commas or on
-// spaces (its older form), dropping duplicates, and checks that each is a
+// spaces (its older form), and drops duplicates. It checks that each is a
 // build tag: letters, digits, '_' and '.'.
 func splitTags(s string) ([]string, error) {
 	var out []string
@@ -244,134 +243,6 @@ func splitTags(s string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// outFile is one file to write.
-type outFile struct {
-	path string
-	svcs []*service // the services it holds
-	src  []byte
-}
-
-// generate loads the package, checks the interfaces and returns the files
-// to write: all services in output when it is set, else one file per
-// service in the package directory. It writes nothing.
-func generate(cfg config, output string) ([]outFile, error) {
-	pkg, svcs, err := load(cfg)
-	if err != nil {
-		return nil, err
-	}
-	var files []outFile
-	if output != "" {
-		files = []outFile{{path: output, svcs: svcs}}
-	} else {
-		written := map[string]string{}
-		for _, s := range svcs {
-			name := outputName(s.iface, s.file, pkg.constraints[s.file] != nil)
-			if other, ok := written[name]; ok {
-				return nil, fmt.Errorf("rpcgen: types %s and %s would both be written to %s; generate them into one file with -output", other, s.iface, name)
-			}
-			written[name] = s.iface
-			files = append(files, outFile{path: filepath.Join(pkg.dir, name), svcs: []*service{s}})
-		}
-	}
-	if output == "" {
-		if err := checkStale(pkg, files); err != nil {
-			return nil, err
-		}
-	}
-	pkg.kept = keptNames(pkg, svcs, files)
-	if err := checkNames(pkg, svcs); err != nil {
-		return nil, err
-	}
-	for i := range files {
-		if files[i].src, err = emit(pkg, files[i].svcs); err != nil {
-			return nil, err
-		}
-	}
-	return files, nil
-}
-
-// checkStale fails when a file rpcgen wrote earlier in the package, in the
-// build as loaded, holds code generated for an interface of files but is
-// not one of them: left in place, it would declare the names of that code a
-// second time. This is what an output of an older rpcgen, which named the
-// file of an interface declared under a build constraint as it names the
-// others, looks like beside the file that replaces it.
-func checkStale(pkg *pkgInfo, files []outFile) error {
-	var errs errList
-	for _, name := range slices.Sorted(maps.Keys(pkg.generated)) {
-		path := filepath.Join(pkg.dir, name)
-		if slices.ContainsFunc(files, func(f outFile) bool { return sameFile(f.path, path) }) {
-			continue
-		}
-		was, _ := headerInterfaces(pkg.generated[name])
-		for _, f := range files {
-			for _, s := range f.svcs {
-				if slices.Contains(was, s.iface) {
-					errs.add(fmt.Errorf("rpcgen: type %s: this run writes it to %s, but %s, in the same build, holds code generated earlier for it, so both would declare its names; delete %s if it is stale, or write %s there with -output",
-						s.iface, filepath.Base(f.path), path, name, s.iface))
-				}
-			}
-		}
-	}
-	return errs.err()
-}
-
-// keptNames returns the package-level names declared by the files rpcgen
-// wrote earlier for other interfaces than svcs, and that are not among
-// files: the other runs' output, which stays, so the names it declares are
-// taken.
-func keptNames(pkg *pkgInfo, svcs []*service, files []outFile) map[string]token.Position {
-	kept := map[string]token.Position{}
-	for _, name := range slices.Sorted(maps.Keys(pkg.generated)) {
-		src := pkg.generated[name]
-		path := filepath.Join(pkg.dir, name)
-		if slices.ContainsFunc(files, func(f outFile) bool { return sameFile(f.path, path) }) {
-			continue
-		}
-		if was, _ := headerInterfaces(src); slices.ContainsFunc(svcs, func(s *service) bool { return slices.Contains(was, s.iface) }) {
-			continue // this run's own earlier output, wherever it goes now
-		}
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
-		if err != nil {
-			continue // stale and broken: the compiler will say so
-		}
-		for _, id := range topLevelNames(f) {
-			kept[id.Name] = fset.Position(id.Pos())
-		}
-	}
-	return kept
-}
-
-// sameFile reports whether path names the file at the absolute path abs.
-func sameFile(path, abs string) bool {
-	p, err := filepath.Abs(path)
-	return err == nil && p == abs
-}
-
-// topLevelNames returns the package-level names f declares.
-func topLevelNames(f *ast.File) []*ast.Ident {
-	var ids []*ast.Ident
-	for _, d := range f.Decls {
-		switch d := d.(type) {
-		case *ast.FuncDecl:
-			if d.Recv == nil {
-				ids = append(ids, d.Name)
-			}
-		case *ast.GenDecl:
-			for _, spec := range d.Specs {
-				switch spec := spec.(type) {
-				case *ast.TypeSpec:
-					ids = append(ids, spec.Name)
-				case *ast.ValueSpec:
-					ids = append(ids, spec.Names...)
-				}
-			}
-		}
-	}
-	return slices.DeleteFunc(ids, func(id *ast.Ident) bool { return id.Name == "_" })
 }
 
 // writeFiles writes files, refusing up front to overwrite any file that

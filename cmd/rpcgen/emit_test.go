@@ -1,13 +1,215 @@
 package main
 
 import (
+	"bytes"
+	"flag"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// goldenCase is one input package and the interfaces to generate for.
+type goldenCase struct {
+	name   string // directory under testdata, and subtest name
+	types  []string
+	output string // -output; "" for the default file names
+}
+
+var goldenCases = []goldenCase{
+	{name: "basic", types: []string{"Inventory"}},
+	{name: "service", types: []string{"Catalog"}},
+	{name: "crosspkg", types: []string{"Shop"}},
+	{name: "samepkg", types: []string{"Ledger"}},
+	{name: "embedded", types: []string{"Admin"}},
+	{name: "multi", types: []string{"Cars", "Trucks"}, output: "fleet_dabb.go"},
+}
+
+// TestGolden compares the generated code with testdata/<case>/<file>.golden.
+// Run with -update to rewrite the golden files after a deliberate change.
+func TestGolden(t *testing.T) {
+	for _, tc := range goldenCases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join("testdata", tc.name)
+			files, err := generate(config{dir: dir, types: tc.types}, tc.output)
+			if err != nil {
+				t.Fatalf("generate: %v", err)
+			}
+			if len(files) != 1 {
+				t.Fatalf("generate returned %d files, want 1", len(files))
+			}
+			got := files[0].src
+			golden := filepath.Join(dir, filepath.Base(files[0].path)+".golden")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("generated code differs from %s (run go test -update if the change is deliberate)\n%s", golden, lineDiff(string(want), string(got)))
+			}
+		})
+	}
+}
+
+// TestGoldenDeterministic checks that two runs produce the same bytes.
+func TestGoldenDeterministic(t *testing.T) {
+	tc := goldenCases[2] // crosspkg: the most imports
+	var outs [2][]byte
+	for i := range outs {
+		files, err := generate(config{dir: filepath.Join("testdata", tc.name), types: tc.types}, "")
+		if err != nil {
+			t.Fatalf("generate: %v", err)
+		}
+		outs[i] = files[0].src
+	}
+	if !bytes.Equal(outs[0], outs[1]) {
+		t.Errorf("two runs differ:\n%s", lineDiff(string(outs[0]), string(outs[1])))
+	}
+}
+
+// lineDiff shows the first differing line of want and got, with context.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl || i >= len(w) || i >= len(g) {
+			return "first difference at line " + strconv.Itoa(i+1) + ":\n  want: " + wl + "\n  got:  " + gl
+		}
+	}
+	return "no line differs (line endings?)"
+}
+
+// TestImportGroups: the generated imports are grouped by where the package
+// is, the standard library or not, whatever the dots of its path: harness/pb
+// is a module's package, net/url is the standard library's.
+func TestImportGroups(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "go.mod"), "module harness\n\ngo 1.26\n")
+	writeFile(t, filepath.Join(dir, "pb", "pb.go"), "package pb\n\ntype Reply struct{}\n")
+	writeFile(t, filepath.Join(dir, "svc", "svc.go"), `package svc
+
+import (
+	"context"
+	"net/url"
+
+	"harness/pb"
+)
+
+type Svc interface {
+	Get(ctx context.Context, req *url.URL) (*pb.Reply, error)
+}
+`)
+	files, err := generate(config{dir: filepath.Join(dir, "svc"), types: []string{"Svc"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(files[0].src)
+	start, end := strings.Index(src, "import (\n"), strings.Index(src, "\n)\n")
+	if start < 0 || end < start {
+		t.Fatalf("no import block:\n%s", src)
+	}
+	var groups [][]string
+	for g := range strings.SplitSeq(src[start+len("import (\n"):end], "\n\n") {
+		groups = append(groups, strings.Fields(g))
+	}
+	want := [][]string{
+		{`"context"`, `"net/url"`},
+		{`"github.com/dabbrpc/dabb"`, `_`, `"github.com/dabbrpc/dabb/codec/proto"`, "//", "the", "default", "codec", `"github.com/dabbrpc/dabb/proxy"`},
+		{`"harness/pb"`},
+	}
+	if !slices.EqualFunc(groups, want, slices.Equal) {
+		t.Errorf("import groups %q, want %q; the file:\n%s", groups, want, src)
+	}
+}
+
+// TestNamesTheOutputWouldMisread: a package-level declaration hiding a
+// builtin the generated code uses, and a message type named like one of
+// its variables, are refused (the output would not compile, or would mean
+// something else).
+func TestNamesTheOutputWouldMisread(t *testing.T) {
+	dir := smallModule(t, map[string]string{"svc.go": `package small
+
+import "context"
+
+type srv struct{}
+
+type Resp struct{}
+
+func new() {}
+
+type Svc interface {
+	M(ctx context.Context, req *srv) (*Resp, error)
+}
+`})
+	_, err := generate(config{dir: dir, types: []string{"Svc"}}, "")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		"svc.go:9: rpcgen: new: hides Go's builtin new, which the generated code uses; rename it",
+		"svc.go:5: rpcgen: type srv: message of Svc.M, named like a variable of the generated code",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestDuration(t *testing.T) {
+	g := &generator{imports: &importSet{byPath: map[string]string{"time": "time"}}}
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{200 * time.Millisecond, "200 * time.Millisecond"},
+		{2 * time.Second, "2 * time.Second"},
+		{time.Second, "time.Second"},
+		{1500 * time.Microsecond, "1500 * time.Microsecond"},
+		{1500 * time.Millisecond, "1500 * time.Millisecond"},
+		{90 * time.Second, "90 * time.Second"},
+		{2 * time.Hour, "2 * time.Hour"},
+		{time.Minute, "time.Minute"},
+		{7, "7 * time.Nanosecond"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.d.String(), func(t *testing.T) {
+			if got := g.duration(tc.d); got != tc.want {
+				t.Errorf("duration(%v) = %q, want %q", tc.d, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFormatSourceError(t *testing.T) {
+	_, err := formatSource([]byte("package x\n\nfunc {\n"))
+	if err == nil {
+		t.Fatal("no error for source that does not parse")
+	}
+	for _, want := range []string{"rpcgen: internal error", "    3\tfunc {"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
 
 // TestCompile generates every golden case into a package inside this module,
 // then vets it and runs a loopback test against the real dabb runtime. It is

@@ -62,6 +62,89 @@ func exprString(e constraint.Expr) string {
 	return e.String()
 }
 
+// TestBuildConstraintCarried: the generated file builds under the same
+// constraint as the file declaring its interface, whether that comes from a
+// //go:build line, // +build lines or the file's name, so a build where that
+// file is left out does not see code referring to declarations that are not
+// there.
+func TestBuildConstraintCarried(t *testing.T) {
+	tests := []struct {
+		name   string
+		file   string
+		header string // before the package clause
+		want   string // the generated //go:build expression; "" for none
+	}{
+		{"go:build line", "svc.go", "//go:build extra\n\n", "extra"},
+		{"GOOS suffix", "svc_linux.go", "", "linux"},
+		{"GOARCH suffix", "svc_amd64.go", "", "amd64"},
+		{"GOOS_GOARCH suffix and go:build line", "svc_linux_amd64.go", "//go:build extra || other\n\n", "linux && amd64 && (extra || other)"},
+		{"not a suffix", "svc_v2.go", "", ""},
+		{"+build lines", "svc.go", "// +build extra\n// +build linux,amd64 darwin\n\n", "extra && ((linux && amd64) || darwin)"},
+		{"+build line with a suffix", "svc_linux.go", "// +build extra\n\n", "linux && extra"},
+		{"go:build line wins over +build", "svc.go", "//go:build extra\n// +build other\n\n", "extra"},
+		{"+build line in the package doc, which the go command ignores", "svc.go", "// +build extra\n", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := smallModule(t, map[string]string{
+				tc.file:  tc.header + "package small\n" + svcDecls,
+				"doc.go": "package small\n",
+			})
+			env := append(os.Environ(), "GOOS=linux", "GOARCH=amd64")
+			files := generateAndWrite(t, config{dir: dir, types: []string{"Svc"}, tags: []string{"extra"}, env: env}, "")
+			want := ""
+			if tc.want != "" {
+				want = "//go:build " + tc.want
+			}
+			if line := grepLine(files[0].src, "//go:build"); line != want {
+				t.Errorf("generated constraint %q, want %q", line, want)
+			}
+			// The generated file builds exactly where the source file does.
+			for _, goos := range []string{"linux", "darwin", "windows"} {
+				for _, goarch := range []string{"amd64", "arm64"} {
+					for _, tags := range [][]string{nil, {"extra"}, {"other"}} {
+						ctx := build.Default
+						ctx.GOOS, ctx.GOARCH, ctx.BuildTags = goos, goarch, tags
+						src, err1 := ctx.MatchFile(dir, tc.file)
+						gen, err2 := ctx.MatchFile(dir, filepath.Base(files[0].path))
+						if err1 != nil || err2 != nil {
+							t.Fatal(errors.Join(err1, err2))
+						}
+						if src != gen {
+							t.Errorf("GOOS=%s GOARCH=%s tags %v: %s builds: %v, the generated file builds: %v", goos, goarch, tags, tc.file, src, gen)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestKnownOSArch: the GOOS and GOARCH lists that give file-name suffixes
+// their meaning are go/build's, and include every port of this Go.
+func TestKnownOSArch(t *testing.T) {
+	ctx := build.Default
+	ctx.GOOS, ctx.GOARCH = "none", "none"
+	dir := t.TempDir() // empty: go/build opens only files whose name it does not rule out
+	for _, m := range []map[string]bool{knownOS, knownArch} {
+		for w := range m {
+			if ok, err := ctx.MatchFile(dir, "x_"+w+".go"); ok || err != nil {
+				t.Errorf("go/build does not take the suffix _%s as a GOOS or GOARCH", w)
+			}
+		}
+	}
+	out, err := exec.Command(goTool(t), "tool", "dist", "list").Output()
+	if err != nil {
+		t.Skipf("go tool dist list: %v", err)
+	}
+	for _, port := range strings.Fields(string(out)) {
+		goos, goarch, _ := strings.Cut(port, "/")
+		if !knownOS[goos] || !knownArch[goarch] {
+			t.Errorf("port %s is missing from knownOS or knownArch", port)
+		}
+	}
+}
+
 // platformFiles is a package that declares Store once per platform, Cache
 // only on unix systems and Plain everywhere.
 var platformFiles = map[string]string{
@@ -242,46 +325,6 @@ func TestPlatformFilesGoGenerate(t *testing.T) {
 	}
 }
 
-// TestStaleOutputOfOlderName: a file an older rpcgen wrote for Store of
-// store_linux.go under the name store_dabb.go is reported by a Linux run,
-// which would otherwise leave both it and store_dabb_linux.go declaring
-// NewStoreClient, and is no concern of a Windows run, which does not build
-// it.
-func TestStaleOutputOfOlderName(t *testing.T) {
-	dir := smallModule(t, platformFiles)
-	linux := append(os.Environ(), "GOOS=linux")
-	windows := append(os.Environ(), "GOOS=windows")
-	old := filepath.Join(dir, "store_dabb.go")
-	generateAndWrite(t, config{dir: dir, types: []string{"Store"}, env: linux}, old)
-
-	_, err := generate(config{dir: dir, types: []string{"Store"}, env: linux}, "")
-	want := "rpcgen: type Store: this run writes it to store_dabb_linux.go, but " + old + ", in the same build, holds code generated earlier for it, so both would declare its names; delete store_dabb.go if it is stale, or write Store there with -output"
-	if err == nil || err.Error() != want {
-		t.Fatalf("error:\n got: %v\nwant: %s", err, want)
-	}
-	var stderr bytes.Buffer
-	t.Setenv("GOOS", "linux")
-	if code := run([]string{"-dir", dir, "-type", "Store"}, &stderr); code != 1 || !strings.Contains(stderr.String(), want) {
-		t.Errorf("rpcgen -type Store: exit status %d, want 1; stderr:\n%s", code, stderr.String())
-	}
-	if _, err := os.Stat(filepath.Join(dir, "store_dabb_linux.go")); err == nil {
-		t.Error("store_dabb_linux.go was written despite the error")
-	}
-	generateAndWrite(t, config{dir: dir, types: []string{"Store"}, env: windows}, "")
-	// As before, with -output, the old name stays usable.
-	generateAndWrite(t, config{dir: dir, types: []string{"Store"}, env: linux}, old)
-
-	if err := os.Remove(old); err != nil {
-		t.Fatal(err)
-	}
-	generateAndWrite(t, config{dir: dir, types: []string{"Store"}, env: linux}, "")
-	for _, name := range []string{"store_dabb_linux.go", "store_dabb_windows.go"} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-			t.Error(err)
-		}
-	}
-}
-
 // shimModule returns the root of a module standing in for the dabb runtime
 // (see TestCompileShapes), in which packages of generated code can be vetted,
 // and the environment of the go command for it.
@@ -293,4 +336,14 @@ func shimModule(t *testing.T) (string, []string) {
 	writeFile(t, filepath.Join(root, "proxy", "proxy.go"), shimProxy)
 	writeFile(t, filepath.Join(root, "codec", "proto", "proto.go"), "// Package proto stands in for the protobuf codec.\npackage proto\n")
 	return root, append(os.Environ(), "GOWORK=off", "GOPROXY=off", "GOFLAGS=-mod=mod")
+}
+
+// grepLine returns the first line of src that contains s, or "".
+func grepLine(src []byte, s string) string {
+	for line := range strings.SplitSeq(string(src), "\n") {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	return ""
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/dabbrpc/dabb/registry"
 )
 
 // TestErrors runs rpcgen on each interface of testdata/errors and checks the
@@ -158,6 +160,36 @@ func TestErrorsOnce(t *testing.T) {
 	}
 }
 
+// TestErrorsCapped checks that a run with many problems reports the first
+// maxErrors and counts the rest.
+func TestErrorsCapped(t *testing.T) {
+	dir := filepath.Join("testdata", "errors")
+	src, err := os.ReadFile(filepath.Join(dir, "bad.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^type ([A-Z]\w*) interface`).FindAllStringSubmatch(string(src), -1) {
+		if m[1] != "ReqUnexportedOK" && m[1] != "Collide" && m[1] != "Base" && m[1] != "Iface" {
+			names = append(names, m[1])
+		}
+	}
+	if len(names) <= maxErrors {
+		t.Fatalf("only %d failing interfaces in bad.go; the test needs more than %d", len(names), maxErrors)
+	}
+	_, err = generate(config{dir: dir, types: names}, "")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msgs := strings.Split(err.Error(), "\n")
+	if len(msgs) != maxErrors+1 {
+		t.Fatalf("got %d lines, want %d:\n%v", len(msgs), maxErrors+1, err)
+	}
+	if want := "rpcgen: and " + strconv.Itoa(len(names)-maxErrors) + " more problems"; msgs[maxErrors] != want {
+		t.Errorf("last line %q, want %q", msgs[maxErrors], want)
+	}
+}
+
 var posRE = regexp.MustCompile(`^(.+?):(\d+): (rpcgen: .*)$`)
 
 // splitPos splits "file:line: message".
@@ -204,32 +236,20 @@ func findLine(t *testing.T, lines []string, typ, at string) int {
 	return 0
 }
 
-// TestErrorsCapped checks that a run with many problems reports the first
-// maxErrors and counts the rest.
-func TestErrorsCapped(t *testing.T) {
-	dir := filepath.Join("testdata", "errors")
-	src, err := os.ReadFile(filepath.Join(dir, "bad.go"))
-	if err != nil {
-		t.Fatal(err)
+// TestServiceNameRule holds rpcgen's copy of the service-name rule to
+// registry's: the same names refused, with the same message.
+func TestServiceNameRule(t *testing.T) {
+	names := []string{
+		"", ".", "..", "...", ".a", "a.", "inventory.Inventory", "shop/Orders", "/", "a/",
+		"a\x00b", "a\tb", "a\nb", "\x1f", "a\x7f", "\u0080", "a b", "ünïcode.Svc", "a\\b", "-", "_",
 	}
-	var names []string
-	for _, m := range regexp.MustCompile(`(?m)^type ([A-Z]\w*) interface`).FindAllStringSubmatch(string(src), -1) {
-		if m[1] != "ReqUnexportedOK" && m[1] != "Collide" && m[1] != "Base" && m[1] != "Iface" {
-			names = append(names, m[1])
+	for _, name := range names {
+		want, got := registry.ValidateService(name), checkServiceName(name)
+		switch {
+		case (want == nil) != (got == nil):
+			t.Errorf("%q: registry says %v, rpcgen says %v", name, want, got)
+		case want != nil && want.Error() != got.Error():
+			t.Errorf("%q: registry says %q, rpcgen says %q", name, want, got)
 		}
-	}
-	if len(names) <= maxErrors {
-		t.Fatalf("only %d failing interfaces in bad.go; the test needs more than %d", len(names), maxErrors)
-	}
-	_, err = generate(config{dir: dir, types: names}, "")
-	if err == nil {
-		t.Fatal("no error")
-	}
-	msgs := strings.Split(err.Error(), "\n")
-	if len(msgs) != maxErrors+1 {
-		t.Fatalf("got %d lines, want %d:\n%v", len(msgs), maxErrors+1, err)
-	}
-	if want := "rpcgen: and " + strconv.Itoa(len(names)-maxErrors) + " more problems"; msgs[maxErrors] != want {
-		t.Errorf("last line %q, want %q", msgs[maxErrors], want)
 	}
 }
