@@ -46,7 +46,7 @@ type CallHandler func(ctx context.Context) (reply any, err error)
 // the interceptor itself is recovered the same way, so the interceptors
 // outside it see it as an error. A reply of nil (or a nil pointer) with a
 // nil error becomes an error of status 70, from the handler or from any
-// interceptor.
+// interceptor, unless the request is one-way (no reply goes back).
 type Interceptor func(ctx context.Context, info *CallInfo, next CallHandler) (reply any, err error)
 
 // StatusOf returns the status the server answers for err, an error a
@@ -96,7 +96,8 @@ func nilReplyError(info *CallInfo, who string) error {
 }
 
 // invoke runs the method, recovering a panic into a *PanicError.
-func (s *Server) invoke(ctx context.Context, svc *service, m *MethodDesc, dec func(any) error) (reply any, err error) {
+// oneWay tells a request no reply goes back to, which may be nil.
+func (s *Server) invoke(ctx context.Context, svc *service, m *MethodDesc, dec func(any) error, oneWay bool) (reply any, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			// A panic is recovered here, once: the interceptors around
@@ -105,7 +106,7 @@ func (s *Server) invoke(ctx context.Context, svc *service, m *MethodDesc, dec fu
 		}
 	}()
 	reply, err = m.Handler(svc.impl, ctx, dec)
-	if err == nil && isNil(reply) {
+	if err == nil && !oneWay && isNil(reply) {
 		return nil, nilReplyError(&CallInfo{Service: svc.name, Method: m.Name}, "handler")
 	}
 	return reply, err
@@ -119,7 +120,9 @@ type chainCall struct {
 	svc  *service
 	m    *MethodDesc
 	dec  func(any) error
-	next []CallHandler // next[i] runs interceptor i; next[len(chain)], the method
+	// oneWay is set for a request no reply goes back to.
+	oneWay bool
+	next   []CallHandler // next[i] runs interceptor i; next[len(chain)], the method
 }
 
 func newChainCall(s *Server) *chainCall {
@@ -133,7 +136,7 @@ func newChainCall(s *Server) *chainCall {
 // run runs interceptor i, or the method once past the last.
 func (c *chainCall) run(ctx context.Context, i int) (reply any, err error) {
 	if i == len(c.s.chain) {
-		return c.s.invoke(ctx, c.svc, c.m, c.dec)
+		return c.s.invoke(ctx, c.svc, c.m, c.dec, c.oneWay)
 	}
 	defer func() {
 		if v := recover(); v != nil {
@@ -143,7 +146,7 @@ func (c *chainCall) run(ctx context.Context, i int) (reply any, err error) {
 		}
 	}()
 	reply, err = c.s.chain[i](ctx, &c.info, c.next[i+1])
-	if err == nil && isNil(reply) {
+	if err == nil && !c.oneWay && isNil(reply) {
 		return nil, nilReplyError(&c.info, fmt.Sprintf("interceptor %d", i+1))
 	}
 	return reply, err
@@ -152,13 +155,14 @@ func (c *chainCall) run(ctx context.Context, i int) (reply any, err error) {
 // handle runs the call through the interceptors, or straight to the
 // method when there are none.
 func (s *Server) handle(ctx context.Context, req *protocol.Message, svc *service, m *MethodDesc, dec func(any) error) (any, error) {
+	oneWay := !req.Header.Flags().IsTwoWay()
 	if len(s.chain) == 0 {
-		return s.invoke(ctx, svc, m, dec)
+		return s.invoke(ctx, svc, m, dec, oneWay)
 	}
 	c := s.calls.Get().(*chainCall)
 	c.info = CallInfo{Service: svc.name, Method: m.Name, Idempotent: m.Idempotent,
 		Attachments: req.Attachments, IdempotencyKey: req.IdempotencyKey}
-	c.svc, c.m, c.dec = svc, m, dec
+	c.svc, c.m, c.dec, c.oneWay = svc, m, dec, oneWay
 	reply, err := c.next[0](ctx)
 	c.info, c.svc, c.m, c.dec = CallInfo{}, nil, nil, nil
 	s.calls.Put(c)

@@ -238,15 +238,15 @@ func TestPanic(t *testing.T) {
 			}
 			id := m[1]
 			if n := logs.count("id=" + id); n != 1 {
-				t.Errorf("the server logged id %s %d times, want once; log:\n%s", id, n, logs.b.String())
+				t.Errorf("the server logged id %s %d times, want once; log:\n%s", id, n, logs.String())
 			}
 			for _, want := range []string{tc.where, tc.value, `stack="goroutine `, "service=test.Probe method=Do"} {
 				if logs.count(want) != 1 {
-					t.Errorf("the log does not say %q once:\n%s", want, logs.b.String())
+					t.Errorf("the log does not say %q once:\n%s", want, logs.String())
 				}
 			}
-			if strings.Contains(logs.b.String(), "transport: handler panic") {
-				t.Errorf("the transport recovered the panic too:\n%s", logs.b.String())
+			if strings.Contains(logs.String(), "transport: handler panic") {
+				t.Errorf("the transport recovered the panic too:\n%s", logs.String())
 			}
 			if n := p.ran.Load(); n != tc.ran {
 				t.Errorf("the handler ran %d times, want %d", n, tc.ran)
@@ -306,6 +306,31 @@ func TestNilReply(t *testing.T) {
 		}
 		if p.ran.Load() != 0 {
 			t.Errorf("the handler ran")
+		}
+	})
+	t.Run("OneWay", func(t *testing.T) {
+		// No reply goes back to a one-way request: nil is its reply.
+		desc := dabb.ServiceDesc{Name: "test.Nil", Methods: []dabb.MethodDesc{{Name: "Get",
+			Handler: func(srv any, ctx context.Context, dec func(any) error) (any, error) {
+				return (*pb.StockReply)(nil), nil
+			}}}}
+		s := dabb.NewServer(dabb.WithLogger(quiet))
+		if err := s.RegisterService(&desc, struct{}{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			kind protocol.Flags
+			want protocol.Status
+		}{
+			{protocol.FlagRequest, protocol.StatusOK},
+			{protocol.FlagRequest | protocol.FlagTwoWay, protocol.StatusServiceError},
+		} {
+			req, resp := &protocol.Message{Service: desc.Name, Method: "Get"}, &protocol.Message{}
+			req.Header.Init(protocol.MakeFlags(tc.kind, 22), 0, 1)
+			s.ServeRPC(context.Background(), req, resp)
+			if got := resp.Header.Status(); got != tc.want {
+				t.Errorf("flags %#x: status %v (%s), want %v", tc.kind, got, resp.Payload, tc.want)
+			}
 		}
 	})
 }

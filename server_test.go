@@ -351,6 +351,12 @@ func (l *logLines) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 func (l *logLines) count(s string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
