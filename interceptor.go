@@ -16,8 +16,8 @@ import (
 // for later calls: read it, do not modify it, and do not keep the pointer
 // after the interceptor returns. Its fields may be kept.
 type CallInfo struct {
-	Service string
-	Method  string
+	Service string // the service's name on the wire, e.g. "inventory.Inventory"
+	Method  string // the method's name on the wire, e.g. "Deduct"
 	// Idempotent records //dabb:idempotent for the method, as the server's
 	// ServiceDesc says. It is not what the caller claimed.
 	Idempotent bool

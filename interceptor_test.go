@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"regexp"
 	"runtime/debug"
 	"strings"
@@ -416,4 +417,22 @@ func raceEnabled() bool {
 		}
 	}
 	return false
+}
+
+// A server that logs every call with its status and duration, and admits
+// only callers with a token. The log interceptor is outermost, so it sees
+// the rejections too.
+func ExampleWithInterceptor() {
+	logCalls := func(ctx context.Context, info *dabb.CallInfo, next dabb.CallHandler) (any, error) {
+		start := time.Now()
+		reply, err := next(ctx)
+		slog.InfoContext(ctx, "call", "service", info.Service, "method", info.Method,
+			"status", dabb.StatusOf(err), "took", time.Since(start))
+		return reply, err
+	}
+	tokens := dabb.NewTokenSet(os.Getenv("API_TOKEN"))
+	s := dabb.NewServer(dabb.WithInterceptor(logCalls, tokens.Intercept))
+	_ = s // register services, then s.ListenAndServe
+	// Later, to rotate: accept both, move the clients, drop the old one.
+	tokens.Set(os.Getenv("API_TOKEN"), os.Getenv("API_TOKEN_NEXT"))
 }

@@ -74,7 +74,8 @@ func WithInstance(weight int, metadata map[string]string) Option {
 // WithInterceptor adds interceptors around every call the server serves.
 // Repeated, it appends. The first given is the outermost: it runs first
 // and sees the outcome last. A nil interceptor is skipped. Default none:
-// a call goes straight to its handler, at no extra cost.
+// a call goes straight to its handler, at no extra cost. The log names a
+// panicking one "interceptor N", the first given being 1.
 //
 //	dabb.NewServer(dabb.WithInterceptor(logCalls, dabb.RequireToken(token)))
 func WithInterceptor(is ...Interceptor) Option {
