@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/protocol"
@@ -142,5 +144,43 @@ func TestTokenSet(t *testing.T) {
 	info := &dabb.CallInfo{Attachments: map[string]string{dabb.AttachAuthorization: "Bearer a"}}
 	if _, err := zero.Intercept(ctx, info, next); statusOf(t, err).Code != protocol.CodeUnauthenticated {
 		t.Errorf("the zero TokenSet answered %v, want a rejection", err)
+	}
+}
+
+// attempts counts what a client reports of its attempts.
+type attempts struct {
+	attempted, retried, breakerChanged atomic.Int64
+}
+
+func (a *attempts) Attempted(service, method, addr string, status protocol.Status, latency time.Duration) {
+	a.attempted.Add(1)
+}
+func (a *attempts) Retried(service, method string, status protocol.Status) { a.retried.Add(1) }
+func (a *attempts) BreakerChanged(addr, from, to string)                   { a.breakerChanged.Add(1) }
+
+// TestRequireTokenRejectionsSpareTheInstance: a rejected call, even an
+// idempotent one, is not retried, and a hundred of them leave the
+// instance's breaker closed.
+func TestRequireTokenRejectionsSpareTheInstance(t *testing.T) {
+	p := newProbe()
+	_, addr := startServer(t, p, dabb.WithInterceptor(dabb.RequireToken("token-one")))
+	obs := &attempts{}
+	c := newClientWith(t, []proxy.Option{proxy.WithObserver(obs)}, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for i := range 100 {
+		_, err := call(ctx, c, "echo", proxy.Idempotent(), bearer("Bearer token-three"))
+		if statusOf(t, err).Status != protocol.StatusBadRequest {
+			t.Fatalf("rejection %d: %v, want status 40", i, err)
+		}
+	}
+	if _, err := call(ctx, c, "echo", bearer("Bearer token-one")); err != nil {
+		t.Fatalf("a valid call after 100 rejections: %v", err)
+	}
+	if a, r, b := obs.attempted.Load(), obs.retried.Load(), obs.breakerChanged.Load(); a != 101 || r != 0 || b != 0 {
+		t.Errorf("%d attempts, %d retries, %d breaker changes for 101 calls, want 101, 0, 0", a, r, b)
+	}
+	if n := p.ran.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want once", n)
 	}
 }
