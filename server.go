@@ -34,7 +34,9 @@ type Server struct {
 	services atomic.Pointer[map[string]*service] // copied on write, under mu
 	mu       sync.Mutex                          // serializes the copies of services
 
-	decoders sync.Pool // *decoder
+	decoders sync.Pool     // *decoder
+	chain    []Interceptor // WithInterceptor's, first outermost; fixed at NewServer
+	calls    sync.Pool     // *chainCall, when chain is not empty
 	// unknownCodec marks the serialization ids already logged as not
 	// imported: the log says it once per id, the callers every time.
 	unknownCodec [32]atomic.Bool
@@ -54,6 +56,8 @@ func NewServer(opts ...Option) *Server {
 	s.services.Store(&empty)
 	s.pub = newPublisher(&o, s.log, func() map[string]*service { return *s.services.Load() })
 	s.decoders.New = func() any { d := &decoder{}; d.fn = d.decode; return d }
+	s.chain = o.interceptors
+	s.calls.New = func() any { return newChainCall(s) }
 	tc := o.transport
 	if tc.Logger == nil {
 		tc.Logger = s.log
@@ -192,7 +196,9 @@ func (s *Server) Close() error {
 
 // ServeRPC implements transport.Handler. It finds the service and method,
 // decodes the payload with the codec the header names, runs the method
-// and encodes its result.
+// through the interceptors and encodes its result. A call to an unknown
+// service or method, or in a serialization not imported, is refused before
+// the interceptors.
 func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 	svc := (*s.services.Load())[req.Service]
 	if svc == nil {
@@ -224,7 +230,7 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 	}
 	d := s.decoders.Get().(*decoder)
 	d.codec, d.data, d.method = c, req.Payload, m.Name
-	out, err := m.Handler(svc.impl, ctx, d.fn)
+	out, err := s.handle(ctx, req, svc, m, d.fn)
 	d.codec, d.data = nil, nil
 	s.decoders.Put(d)
 	if err != nil {

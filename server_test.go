@@ -48,6 +48,7 @@ var quiet = slog.New(slog.DiscardHandler)
 //	"block"        waits until the test releases it
 //	"deaf"         waits until the test releases it, ignoring ctx
 //	"key"          answers the call's idempotency key as Sku
+//	"nil"          returns a nil reply and a nil error
 type probe struct {
 	ran     atomic.Int64
 	release chan struct{}
@@ -84,6 +85,8 @@ func (p *probe) Do(ctx context.Context, req *pb.StockRequest) (*pb.StockReply, e
 	case sku == "relay":
 		time.Sleep(100 * time.Millisecond) // spend some of the budget first
 		return call(ctx, p.relay, "echo", proxy.Timeout(10*time.Second))
+	case sku == "nil":
+		return nil, nil
 	case sku == "key":
 		return &pb.StockReply{Sku: dabb.IdempotencyKey(ctx), Count: int64(len(dabb.Attachments(ctx)))}, nil
 	case sku == "deaf":
@@ -346,6 +349,12 @@ func (l *logLines) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func (l *logLines) count(s string) int {
@@ -698,16 +707,23 @@ func TestWithTransport(t *testing.T) {
 		}
 	})
 	t.Run("Logger", func(t *testing.T) {
+		// The transport logs a request over MaxBody. The server itself
+		// logs a handler's panic, with its own logger whatever the
+		// transport's.
 		for _, own := range []bool{false, true} {
 			serverLogs, transportLogs := &logLines{}, &logLines{}
-			cfg := transport.ServerConfig{}
+			cfg := transport.ServerConfig{MaxBody: 1024}
 			if own {
 				cfg.Logger = slog.New(slog.NewTextHandler(transportLogs, nil))
 			}
 			p := newProbe()
 			_, addr := startServer(t, p, dabb.WithTransport(cfg), dabb.WithLogger(slog.New(slog.NewTextHandler(serverLogs, nil))))
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-			if _, err := call(ctx, newClient(t, addr), "panic"); err == nil {
+			c := newClient(t, addr)
+			if _, err := call(ctx, c, strings.Repeat("x", 2048)); err == nil {
+				t.Error("a call over MaxBody succeeded")
+			}
+			if _, err := call(ctx, c, "panic"); err == nil {
 				t.Error("a call that panics succeeded")
 			}
 			cancel()
@@ -715,9 +731,13 @@ func TestWithTransport(t *testing.T) {
 			if own {
 				want, other = transportLogs, serverLogs
 			}
-			if want.count("handler panic") != 1 || other.count("handler panic") != 0 {
-				t.Errorf("own transport logger %v: the panic was logged %d times where it belongs, %d elsewhere",
-					own, want.count("handler panic"), other.count("handler panic"))
+			if want.count("over MaxBody") != 1 || other.count("over MaxBody") != 0 {
+				t.Errorf("own transport logger %v: the transport's event was logged %d times where it belongs, %d elsewhere",
+					own, want.count("over MaxBody"), other.count("over MaxBody"))
+			}
+			if serverLogs.count("dabb: handler panic") != 1 || transportLogs.count("handler panic") != 0 {
+				t.Errorf("own transport logger %v: the panic was logged %d times by the server, %d by its own transport logger, want 1 and 0",
+					own, serverLogs.count("dabb: handler panic"), transportLogs.count("handler panic"))
 			}
 		}
 	})
