@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs all of dabb's checks and tests: go vet (also for darwin and windows,
-# where the library builds), gofmt, staticcheck, and
-# go test -race over every package, against real ZooKeeper and etcd servers
-# that the tests start on loopback ports; then the same checks over the
-# bench module (bench/, its own go.mod, so the peers it measures stay out of
-# dabb's): its tests run the harness on short windows, not a measurement.
+# Runs all of dabb's checks and tests, in every module of the repository:
+# go vet (also for darwin and windows, where the library builds), gofmt,
+# staticcheck, and go test -race over every package, against real
+# ZooKeeper and etcd servers that the tests start on loopback ports. The
+# modules are the library (.), the demo (examples/, the one with etcd's
+# server) and the benchmark harness (bench/, so the peers it measures stay
+# out of dabb's go.mod; its tests run the harness on short windows, not a
+# measurement).
 #
 # It installs what the tests need when it is missing: ZooKeeper and etcd
 # from Debian's packages (as root, or through sudo), staticcheck from the Go
@@ -33,10 +35,16 @@ if [ ${#need[@]} -gt 0 ]; then
 	fi
 fi
 
-echo "== go vet (linux, and darwin and windows for the portable parts)"
-go vet ./...
-GOOS=darwin go vet ./...
-GOOS=windows go vet ./...
+# modules lists every module of the repository: ./... stops at a go.mod, so
+# each one is checked in its own directory. A go.mod not listed fails here.
+modules=(. examples bench)
+for f in $(git ls-files go.mod '*/go.mod' 2>/dev/null || find . -name go.mod); do
+	m=$(dirname "${f#./}")
+	if [[ " ${modules[*]} " != *" $m "* ]]; then
+		echo "scripts/test.sh: $f is a module that is not in the list" >&2
+		exit 1
+	fi
+done
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -45,20 +53,24 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 
-echo "== staticcheck"
 gobin=$(go env GOPATH)/bin
 if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "${staticcheck_version#v}"; then
+	echo "== installing staticcheck ${staticcheck_version}"
 	go install "honnef.co/go/tools/cmd/staticcheck@${staticcheck_version}"
 fi
-"$gobin/staticcheck" ./...
 
-echo "== go test -race"
-go test -race -count=1 -timeout 15m ./...
-
-echo "== bench module: go vet, staticcheck, go test -race"
-(
-	cd bench
-	go vet ./...
-	"$gobin/staticcheck" ./...
-	go test -race -count=1 -timeout 10m ./...
-)
+for m in "${modules[@]}"; do
+	(
+		cd "$m"
+		echo "== $m: go vet (linux, and darwin and windows for the portable parts)"
+		go vet ./...
+		if [ "$m" != bench ]; then
+			GOOS=darwin go vet ./...
+			GOOS=windows go vet ./...
+		fi
+		echo "== $m: staticcheck"
+		"$gobin/staticcheck" ./...
+		echo "== $m: go test -race"
+		go test -race -count=1 -timeout 15m ./...
+	)
+done

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
-	"github.com/dabbrpc/dabb/internal/etcdembed"
+	"github.com/dabbrpc/dabb/examples/internal/etcdembed"
 )
 
 func TestMain(m *testing.M) {
