@@ -7,7 +7,7 @@ import (
 
 	gproto "google.golang.org/protobuf/proto"
 
-	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/transport"

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/dabbrpc/dabb"
-	"github.com/dabbrpc/dabb/examples/inventory/inventory"
-	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	"github.com/dabbrpc/dabb/internal/inventory"
+	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/registry/static"
 )

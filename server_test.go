@@ -18,7 +18,7 @@ import (
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/balancer"
 	_ "github.com/dabbrpc/dabb/codec/proto"
-	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/registry"

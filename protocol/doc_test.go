@@ -10,7 +10,7 @@ import (
 	"time"
 
 	dabbproto "github.com/dabbrpc/dabb/codec/proto"
-	"github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	"github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/protocol"
 )
 

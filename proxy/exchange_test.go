@@ -11,7 +11,7 @@ import (
 
 	"github.com/dabbrpc/dabb/codec"
 	cproto "github.com/dabbrpc/dabb/codec/proto"
-	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/transport"

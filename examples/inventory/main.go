@@ -33,8 +33,8 @@ import (
 
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/examples/internal/etcdembed"
-	"github.com/dabbrpc/dabb/examples/inventory/inventory"
-	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	"github.com/dabbrpc/dabb/internal/inventory"
+	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/registry"
 	_ "github.com/dabbrpc/dabb/registry/etcd"

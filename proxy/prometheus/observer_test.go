@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 	gproto "google.golang.org/protobuf/proto"
 
-	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
 	dabbprom "github.com/dabbrpc/dabb/proxy/prometheus"

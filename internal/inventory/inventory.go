@@ -8,7 +8,7 @@ package inventory
 import (
 	"context"
 
-	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 )
 
 //go:generate go run github.com/dabbrpc/dabb/cmd/rpcgen -type Inventory

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dabbrpc/dabb/examples/inventory/inventory"
-	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	"github.com/dabbrpc/dabb/internal/inventory"
+	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/protocol"
 )
 
@@ -38,7 +38,7 @@ func TestGeneratedCodeIsFresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatal("inventory_dabb.go is stale: run go generate ./examples/inventory/...")
+		t.Fatal("inventory_dabb.go is stale: run go generate ./internal/inventory/...")
 	}
 }
 

@@ -257,7 +257,7 @@ const file_inventory_proto_rawDesc = "" +
 	"\n" +
 	"StockReply\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05countBDZBgithub.com/dabbrpc/dabb/examples/inventory/inventorypb;inventorypbb\x06proto3"
+	"\x05count\x18\x02 \x01(\x03R\x05countBDZBgithub.com/dabbrpc/dabb/internal/inventory/inventorypb;inventorypbb\x06proto3"
 
 var (
 	file_inventory_proto_rawDescOnce sync.Once

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dabbrpc/dabb"
-	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/protocol"
 )
 

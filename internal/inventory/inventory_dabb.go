@@ -12,7 +12,7 @@ import (
 	_ "github.com/dabbrpc/dabb/codec/proto" // the default codec
 	"github.com/dabbrpc/dabb/proxy"
 
-	pb "github.com/dabbrpc/dabb/examples/inventory/inventorypb"
+	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 )
 
 // This file requires a dabb runtime that supports generated code version 1.
