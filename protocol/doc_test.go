@@ -74,8 +74,9 @@ func TestDocHexDumps(t *testing.T) {
 	deductReq.Payload = marshal(&inventorypb.DeductRequest{Sku: "sku-42", Count: 2, RequestId: "r-1"})
 	deductResp.Header.Init(protocol.MakeFlags(0, dabbproto.ID), protocol.StatusOK, 1)
 	deductResp.Payload = marshal(&inventorypb.DeductReply{Remaining: 98})
-	errResp.Header.Init(protocol.MakeFlags(0, dabbproto.ID), protocol.StatusServiceNotFound, 2)
-	errResp.Payload = []byte("method inventory.Inventory.Refund not found") // dabb.Server's text
+	errResp.Header.Init(protocol.MakeFlags(0, dabbproto.ID), 0, 2)
+	errResp.SetError(&protocol.Error{Status: protocol.StatusServiceNotFound, Code: protocol.CodeUnimplemented,
+		Msg: "method inventory.Inventory.Refund not found"}) // dabb.Server's answer
 
 	want := map[string][]byte{
 		"deduct-request":     protocol.AppendMessage(nil, &deductReq),
@@ -115,7 +116,7 @@ func TestDocHexDumps(t *testing.T) {
 	}
 	var reply protocol.Message
 	mustRead(t, reader(blocks["error-response"]), &reply)
-	if !strings.Contains(reply.Err().Error(), "status 60 (service not found): method inventory.Inventory.Refund not found") {
+	if !strings.Contains(reply.Err().Error(), "status 60 (service not found), code unimplemented: method inventory.Inventory.Refund not found") {
 		t.Errorf("documented error response gives %v", reply.Err())
 	}
 }
