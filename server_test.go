@@ -278,6 +278,31 @@ func TestIdempotencyKeyReachesHandler(t *testing.T) {
 	}
 }
 
+// plaintextOK lets credentials that require TLS travel in plaintext, as
+// on a trusted test network.
+type plaintextOK struct{ proxy.Credentials }
+
+func (plaintextOK) RequireTransportSecurity() bool { return false }
+
+// TestBearerTokenReachesHandler: a handler reads the token that the
+// client's BearerToken sent with dabb.Attachments.
+func TestBearerTokenReachesHandler(t *testing.T) {
+	p := newProbe()
+	got := make(chan string, 1)
+	p.record = func(ctx context.Context) { got <- dabb.Attachments(ctx)[protocol.AttachAuthorization] }
+	_, addr := startServer(t, p)
+	token := proxy.BearerToken(func(context.Context) (string, error) { return "s3cret", nil })
+	c := newClientWith(t, []proxy.Option{proxy.WithCredentials(plaintextOK{token})}, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := call(ctx, c, "echo"); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-got; a != "Bearer s3cret" {
+		t.Errorf("handler read authorization %q, want %q", a, "Bearer s3cret")
+	}
+}
+
 func TestPanicReachesOnlyItsCaller(t *testing.T) {
 	p := newProbe()
 	_, addr := startServer(t, p)

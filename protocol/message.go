@@ -25,6 +25,10 @@ const (
 	// call, so a server can deduplicate retries. It is decoded into
 	// [Message.IdempotencyKey], never into the map.
 	AttachIdempotencyKey = "idempotency-key"
+	// AttachAuthorization carries the caller's credentials, as
+	// "Bearer <token>" when proxy.BearerToken sends them. It is an
+	// ordinary attachment, decoded into the map.
+	AttachAuthorization = "authorization"
 )
 
 // Message is one frame: a header and, for requests and responses, the
