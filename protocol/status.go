@@ -44,7 +44,8 @@ const (
 	StatusBadRequest Status = 40
 	// StatusBadResponse: the client could not understand the response.
 	StatusBadResponse Status = 50
-	// StatusServiceNotFound: no such service or method on the server.
+	// StatusServiceNotFound: no such service or method on the server
+	// (code CodeUnimplemented), or a handler's "not found" (its own code).
 	StatusServiceNotFound Status = 60
 	// StatusServiceError: the handler returned an error or panicked. The
 	// handler ran: only an idempotent method is safe to call again (dabb's
@@ -104,7 +105,9 @@ var (
 	// ErrUnavailable: no connection or instance could take the call, or
 	// the connection was lost (35, 80).
 	ErrUnavailable = errors.New("unavailable")
-	// ErrNotFound: the server has no such service or method (60).
+	// ErrNotFound: the server has no such service or method (60). A
+	// handler's own 60 matches too: its Code tells them apart, as the
+	// server's own is CodeUnimplemented.
 	ErrNotFound = errors.New("not found")
 	// ErrOverloaded: the server rejected the call without running it
 	// (100). Safe to retry on another instance.

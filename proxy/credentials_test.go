@@ -178,3 +178,29 @@ func TestHMACCredentialsOverPlaintext(t *testing.T) {
 		t.Error("the signature does not name its method")
 	}
 }
+
+// TestCredentialsStageOrder: middlewares given after WithCredentials see
+// its attachments, those given before do not.
+func TestCredentialsStageOrder(t *testing.T) {
+	addr := serve(t, &seen{}, 0, transport.ServerConfig{})
+	saw := func(got *string) proxy.Middleware {
+		return func(next proxy.Invoker) proxy.Invoker {
+			return func(ctx context.Context, call *proxy.Call) error {
+				*got = call.Attachments[protocol.AttachAuthorization]
+				return next(ctx, call)
+			}
+		}
+	}
+	var before, after string
+	src := &tokens{}
+	c := client(t, []string{addr}, proxy.WithMiddleware(saw(&before)),
+		proxy.WithCredentials(plaintextOK{proxy.BearerToken(src.next)}), proxy.WithMiddleware(saw(&after)))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := invoke(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if before != "" || after != "Bearer t1" {
+		t.Errorf("middleware before saw %q, after saw %q; want nothing and %q", before, after, "Bearer t1")
+	}
+}

@@ -21,7 +21,8 @@ var (
 	// ErrUnavailable: no instance could take the call, or the connection
 	// was lost.
 	ErrUnavailable = protocol.ErrUnavailable
-	// ErrNotFound: the server has no such service or method.
+	// ErrNotFound: the server has no such service or method (code
+	// unimplemented), or a handler answered 60 with a code of its own.
 	ErrNotFound = protocol.ErrNotFound
 	// ErrOverloaded: the server rejected the call without running it.
 	ErrOverloaded = protocol.ErrOverloaded
