@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -432,7 +433,7 @@ func TestHandlerErrorCodes(t *testing.T) {
 			want := tt.want
 			want.Remote = true
 			if pe.Status != want.Status || pe.Code != want.Code || pe.Msg != want.Msg || !pe.Remote ||
-				fmt.Sprint(pe.Details) != fmt.Sprint(want.Details) || len(pe.Details) != len(want.Details) {
+				!slices.Equal(pe.Details, want.Details) {
 				t.Errorf("caller got %#v\nwant %#v", pe, &want)
 			}
 			if errors.Is(err, proxy.ErrUnauthenticated) {
