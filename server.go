@@ -234,8 +234,7 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 	d.codec, d.data = nil, nil
 	s.decoders.Put(d)
 	if err != nil {
-		status, msg := handlerStatus(err)
-		setError(resp, status, msg)
+		setHandlerError(resp, err)
 		return
 	}
 	payload, err := c.Marshal(resp.Payload[:0], out)
@@ -247,23 +246,31 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 	resp.Header.SetStatus(protocol.StatusOK)
 }
 
-// handlerStatus maps a handler's error to a response status. A status the
-// handler chose on purpose passes: a local *protocol.Error of 25, 40, 60
-// or 70. Everything else becomes 70.
-func handlerStatus(err error) (protocol.Status, string) {
-	// An error the handler got from a call of its own is Remote: the
-	// caller must not mistake a downstream timeout for one of its own.
+// setHandlerError makes resp the error response of a handler's or an
+// interceptor's error. A status the handler chose on purpose passes: a
+// local *protocol.Error of 25, 40, 60 or 70. Everything else becomes 70.
+// The Code and Details of a local *protocol.Error travel whatever its
+// status.
+func setHandlerError(resp *protocol.Message, err error) {
 	var pe *protocol.Error
-	if errors.As(err, &pe) && !pe.Remote {
-		switch pe.Status {
-		case protocol.StatusSerializationError, protocol.StatusBadRequest,
-			protocol.StatusServiceNotFound, protocol.StatusServiceError:
-			// The status travels in the header: the text leaves out the
-			// "status 60 (service not found)" the error would repeat.
-			return pe.Status, strings.Replace(err.Error(), pe.Error(), bareText(pe), 1)
-		}
+	if !errors.As(err, &pe) || pe.Remote {
+		// An error the handler got from a call of its own is Remote: the
+		// caller must not mistake a downstream timeout for one of its
+		// own. Nor a downstream's code: its "unauthenticated" speaks of
+		// this server's credentials, not the caller's.
+		resp.SetError(&protocol.Error{Status: protocol.StatusServiceError, Msg: err.Error()})
+		return
 	}
-	return protocol.StatusServiceError, err.Error()
+	out := protocol.Error{Status: protocol.StatusServiceError, Code: pe.Code, Details: pe.Details, Msg: err.Error()}
+	switch pe.Status {
+	case protocol.StatusSerializationError, protocol.StatusBadRequest,
+		protocol.StatusServiceNotFound, protocol.StatusServiceError:
+		// The status travels in the header: the text leaves out the
+		// "status 60 (service not found)" the error would repeat.
+		out.Status = pe.Status
+		out.Msg = strings.Replace(out.Msg, pe.Error(), bareText(pe), 1)
+	}
+	resp.SetError(&out)
 }
 
 // bareText is an error's text without its status: its message and cause.
@@ -281,10 +288,16 @@ func bareText(pe *protocol.Error) string {
 	return s
 }
 
-// setError makes resp an error response of status s saying msg.
+// setError makes resp the server's own error response: status s saying
+// msg. The server's own 60 says it has no such service or method, so it
+// carries protocol.CodeUnimplemented. A handler's 60 goes through
+// setHandlerError instead and carries the handler's code.
 func setError(resp *protocol.Message, s protocol.Status, msg string) {
-	resp.Header.SetStatus(s)
-	resp.Payload = append(resp.Payload[:0], msg...)
+	e := protocol.Error{Status: s, Msg: msg}
+	if s == protocol.StatusServiceNotFound {
+		e.Code = protocol.CodeUnimplemented
+	}
+	resp.SetError(&e)
 }
 
 // decoder is pooled with its bound method value, so decoding a request

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -281,6 +282,31 @@ func TestIdempotencyKeyReachesHandler(t *testing.T) {
 	}
 }
 
+// plaintextOK lets credentials that require TLS travel in plaintext, as
+// on a trusted test network.
+type plaintextOK struct{ proxy.Credentials }
+
+func (plaintextOK) RequireTransportSecurity() bool { return false }
+
+// TestBearerTokenReachesHandler: a handler reads the token that the
+// client's BearerToken sent with dabb.Attachments.
+func TestBearerTokenReachesHandler(t *testing.T) {
+	p := newProbe()
+	got := make(chan string, 1)
+	p.record = func(ctx context.Context) { got <- dabb.Attachments(ctx)[protocol.AttachAuthorization] }
+	_, addr := startServer(t, p)
+	token := proxy.BearerToken(func(context.Context) (string, error) { return "s3cret", nil })
+	c := newClientWith(t, []proxy.Option{proxy.WithCredentials(plaintextOK{token})}, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := call(ctx, c, "echo"); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-got; a != "Bearer s3cret" {
+		t.Errorf("handler read authorization %q, want %q", a, "Bearer s3cret")
+	}
+}
+
 func TestPanicReachesOnlyItsCaller(t *testing.T) {
 	p := newProbe()
 	_, addr := startServer(t, p)
@@ -335,8 +361,131 @@ func TestNotFound(t *testing.T) {
 		if !strings.Contains(pe.Msg, tc.want) {
 			t.Errorf("message %q does not contain %q", pe.Msg, tc.want)
 		}
+		if pe.Code != protocol.CodeUnimplemented {
+			t.Errorf("%s.%s: code %q, want %q: the server's own 60 must differ from a handler's", tc.service, tc.method, pe.Code, protocol.CodeUnimplemented)
+		}
 	}
 	_ = c
+}
+
+// failer implements the probe's service with a handler that returns err.
+type failer struct {
+	err error
+	ran atomic.Int64
+}
+
+func (f *failer) Do(context.Context, *pb.StockRequest) (*pb.StockReply, error) {
+	f.ran.Add(1)
+	return nil, f.err
+}
+
+// startFailer serves a failer under the probe's service name.
+func startFailer(t *testing.T, f *failer) string {
+	t.Helper()
+	s := dabb.NewServer(dabb.WithLogger(quiet))
+	if err := s.RegisterService(&probeDesc, f); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	t.Cleanup(func() {
+		s.Close()
+		<-done
+	})
+	return l.Addr().String()
+}
+
+// TestHandlerErrorCodes: a handler's code and details reach the caller,
+// with the status the handler chose when dabb passes it.
+func TestHandlerErrorCodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	downstream := &protocol.Error{Status: protocol.StatusBadRequest, Code: protocol.CodeUnauthenticated,
+		Msg: "token rejected", Remote: true}
+	tests := []struct {
+		name string
+		err  error
+		want protocol.Error // as the caller gets it, Remote aside
+	}{
+		{"code and two details", protocol.NewError(protocol.StatusServiceNotFound, "payment_not_found", "no payment 7",
+			"payment_id=7", "region=eu"),
+			protocol.Error{Status: protocol.StatusServiceNotFound, Code: "payment_not_found", Msg: "no payment 7",
+				Details: []string{"payment_id=7", "region=eu"}}},
+		{"wrapped", fmt.Errorf("charge: %w", protocol.NewError(protocol.StatusServiceError, protocol.CodeFailedPrecondition,
+			"ledger closed", "ledger=3")),
+			protocol.Error{Status: protocol.StatusServiceError, Code: protocol.CodeFailedPrecondition, Msg: "charge: ledger closed",
+				Details: []string{"ledger=3"}}},
+		// The status is not the handler's to send, the code is.
+		{"status not passed", protocol.NewError(protocol.StatusServerThreadpoolExhausted, protocol.CodeResourceExhausted, "quota spent"),
+			protocol.Error{Status: protocol.StatusServiceError, Code: protocol.CodeResourceExhausted,
+				Msg: "status 100 (server threadpool exhausted), code resource_exhausted: quota spent"}},
+		{"rejected by a downstream", fmt.Errorf("call ledger: %w", downstream),
+			protocol.Error{Status: protocol.StatusServiceError,
+				Msg: "call ledger: remote status 40 (bad request), code unauthenticated: token rejected"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &failer{err: tt.err}
+			c := newClient(t, startFailer(t, f))
+			_, err := call(ctx, c, "x")
+			pe := statusOf(t, err)
+			want := tt.want
+			want.Remote = true
+			if pe.Status != want.Status || pe.Code != want.Code || pe.Msg != want.Msg || !pe.Remote ||
+				!slices.Equal(pe.Details, want.Details) {
+				t.Errorf("caller got %#v\nwant %#v", pe, &want)
+			}
+			if errors.Is(err, proxy.ErrUnauthenticated) {
+				t.Error("a downstream's rejection reached the caller as its own")
+			}
+		})
+	}
+
+	t.Run("no such method is not entity not found", func(t *testing.T) {
+		addr := startFailer(t, &failer{err: protocol.NewError(protocol.StatusServiceNotFound, protocol.CodeNotFound, "no payment 7")})
+		c := newClient(t, addr)
+		_, entity := call(ctx, c, "x")
+		method := c.Invoke(ctx, probeDesc.Name, "Refund", &pb.StockRequest{}, new(pb.StockReply))
+		pe, pm := statusOf(t, entity), statusOf(t, method)
+		if pe.Status != pm.Status {
+			t.Fatalf("statuses %v and %v: the test wants the same 60 for both", pe.Status, pm.Status)
+		}
+		if pe.Code != protocol.CodeNotFound || pm.Code != protocol.CodeUnimplemented {
+			t.Errorf("codes %q (entity) and %q (method), want %q and %q", pe.Code, pm.Code,
+				protocol.CodeNotFound, protocol.CodeUnimplemented)
+		}
+	})
+}
+
+// TestErrorResponseForAPeerWithoutCodes: a peer that writes a request with
+// protocol alone and reads the response ignoring its attachments gets the
+// status and the message as before codes existed.
+func TestErrorResponseForAPeerWithoutCodes(t *testing.T) {
+	addr := startFailer(t, &failer{err: protocol.NewError(protocol.StatusServiceNotFound, "payment_not_found",
+		"no payment 7", "payment_id=7", "region=eu")})
+	nc, err := net.DialTimeout("tcp", addr, testTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(testTimeout))
+	req := &protocol.Message{Service: probeDesc.Name, Method: "Do", Payload: mustMarshal(t, &pb.StockRequest{Sku: "x"})}
+	req.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, 22), 0, 5)
+	if _, err := nc.Write(protocol.AppendMessage(nil, req)); err != nil {
+		t.Fatal(err)
+	}
+	var resp protocol.Message
+	if err := protocol.ReadMessage(bufio.NewReader(nc), &resp, 0); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Header.ID() != 5 || resp.Header.Status() != protocol.StatusServiceNotFound || string(resp.Payload) != "no payment 7" {
+		t.Errorf("response id %d, status %v, payload %q; want 5, 60, the handler's message",
+			resp.Header.ID(), resp.Header.Status(), resp.Payload)
+	}
 }
 
 // logLines is a concurrency-safe log sink for a test server.

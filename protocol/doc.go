@@ -17,4 +17,6 @@
 //
 // Every layer reports failures as an [*Error] carrying a [Status]; match them
 // with errors.As, or with errors.Is against the sentinels (ErrTimeout, ...).
+// An error response may also carry an application code and details, as
+// attachments: see [NewError] and [Message.SetError].
 package protocol

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -74,8 +75,9 @@ func TestDocHexDumps(t *testing.T) {
 	deductReq.Payload = marshal(&inventorypb.DeductRequest{Sku: "sku-42", Count: 2, RequestId: "r-1"})
 	deductResp.Header.Init(protocol.MakeFlags(0, dabbproto.ID), protocol.StatusOK, 1)
 	deductResp.Payload = marshal(&inventorypb.DeductReply{Remaining: 98})
-	errResp.Header.Init(protocol.MakeFlags(0, dabbproto.ID), protocol.StatusServiceNotFound, 2)
-	errResp.Payload = []byte("method inventory.Inventory.Refund not found") // dabb.Server's text
+	errResp.Header.Init(protocol.MakeFlags(0, dabbproto.ID), 0, 2)
+	errResp.SetError(&protocol.Error{Status: protocol.StatusServiceNotFound, Code: protocol.CodeUnimplemented,
+		Msg: "method inventory.Inventory.Refund not found"}) // dabb.Server's answer
 
 	want := map[string][]byte{
 		"deduct-request":     protocol.AppendMessage(nil, &deductReq),
@@ -86,6 +88,30 @@ func TestDocHexDumps(t *testing.T) {
 		"readonly":           protocol.AppendReadOnly(nil, 7),
 	}
 	blocks := docHex(t)
+	// A frame with several attachments has no one byte order (they come
+	// from a map): its block must decode to the message and be as long.
+	var coded protocol.Message
+	coded.Header.Init(protocol.MakeFlags(0, dabbproto.ID), 0, 3)
+	coded.SetError(protocol.NewError(protocol.StatusServiceNotFound, "payment_not_found", "no payment 7",
+		"payment_id=7", "region=eu"))
+	t.Run("coded-error-response", func(t *testing.T) {
+		got, ok := blocks["coded-error-response"]
+		if !ok {
+			t.Fatal("docs/protocol.md has no block \"coded-error-response\"")
+		}
+		w := protocol.AppendMessage(nil, &coded)
+		var m protocol.Message
+		mustRead(t, reader(got), &m)
+		if d := diffMessage(&m, &coded); d != "" || len(got) != len(w) {
+			t.Errorf("docs/protocol.md shows\n% x\nthe encoder writes, in some order,\n% x\n%s", got, w, d)
+		}
+		want := &protocol.Error{Status: protocol.StatusServiceNotFound, Code: "payment_not_found", Msg: "no payment 7",
+			Details: []string{"payment_id=7", "region=eu"}, Remote: true}
+		if e := m.Err(); !reflect.DeepEqual(e, want) {
+			t.Errorf("documented response gives %#v, want %#v", e, want)
+		}
+	})
+	delete(blocks, "coded-error-response")
 	for name := range blocks {
 		if _, ok := want[name]; !ok {
 			t.Errorf("docs/protocol.md has block %q, which this test does not check", name)
@@ -115,7 +141,7 @@ func TestDocHexDumps(t *testing.T) {
 	}
 	var reply protocol.Message
 	mustRead(t, reader(blocks["error-response"]), &reply)
-	if !strings.Contains(reply.Err().Error(), "status 60 (service not found): method inventory.Inventory.Refund not found") {
+	if !strings.Contains(reply.Err().Error(), "status 60 (service not found), code unimplemented: method inventory.Inventory.Refund not found") {
 		t.Errorf("documented error response gives %v", reply.Err())
 	}
 }

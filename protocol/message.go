@@ -25,6 +25,10 @@ const (
 	// call, so a server can deduplicate retries. It is decoded into
 	// [Message.IdempotencyKey], never into the map.
 	AttachIdempotencyKey = "idempotency-key"
+	// AttachAuthorization carries the caller's credentials, as
+	// "Bearer <token>" when proxy.BearerToken sends them. It is an
+	// ordinary attachment, decoded into the map.
+	AttachAuthorization = "authorization"
 )
 
 // Message is one frame: a header and, for requests and responses, the
@@ -70,14 +74,17 @@ func (m *Message) Reset() {
 }
 
 // Err returns nil for an OK response or a request, else the response's
-// status as a remote [*Error] whose Msg is the payload text.
+// status as a remote [*Error]. Its Msg is the payload text. Its Code and
+// Details are read from the attachments [Message.SetError] writes.
 func (m *Message) Err() error {
 	f := m.Header.Flags()
 	s := m.Header.Status()
 	if f.IsRequest() || f.IsEvent() || s == StatusOK {
 		return nil
 	}
-	return &Error{Status: s, Msg: string(m.Payload), Remote: true}
+	e := &Error{Status: s, Msg: string(m.Payload), Remote: true}
+	readErrorAttachments(e, m.Attachments)
+	return e
 }
 
 // Errors returned by the readers. ErrBadMagic, ErrBodyTooLarge and a read

@@ -465,6 +465,12 @@ func TestMessageErr(t *testing.T) {
 			&protocol.Error{Status: protocol.StatusServiceNotFound, Msg: "no such method", Remote: true}},
 		{"error without text", protocol.Message{Header: response(1, protocol.StatusServerThreadpoolExhausted)},
 			&protocol.Error{Status: protocol.StatusServerThreadpoolExhausted, Remote: true}},
+		{"error with code and details", protocol.Message{Header: response(1, protocol.StatusBadRequest), Payload: []byte("no token"),
+			Attachments: map[string]string{"error-code": "unauthenticated", "error-detail-0": "realm=pay", "error-detail-1": "", "trace": "t"}},
+			&protocol.Error{Status: protocol.StatusBadRequest, Code: "unauthenticated", Msg: "no token",
+				Details: []string{"realm=pay", ""}, Remote: true}},
+		{"ok response with an error code", protocol.Message{Header: response(1, protocol.StatusOK),
+			Attachments: map[string]string{"error-code": "x"}}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

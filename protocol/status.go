@@ -44,7 +44,8 @@ const (
 	StatusBadRequest Status = 40
 	// StatusBadResponse: the client could not understand the response.
 	StatusBadResponse Status = 50
-	// StatusServiceNotFound: no such service or method on the server.
+	// StatusServiceNotFound: no such service or method on the server
+	// (code CodeUnimplemented), or a handler's "not found" (its own code).
 	StatusServiceNotFound Status = 60
 	// StatusServiceError: the handler returned an error or panicked. The
 	// handler ran: only an idempotent method is safe to call again (dabb's
@@ -104,7 +105,9 @@ var (
 	// ErrUnavailable: no connection or instance could take the call, or
 	// the connection was lost (35, 80).
 	ErrUnavailable = errors.New("unavailable")
-	// ErrNotFound: the server has no such service or method (60).
+	// ErrNotFound: the server has no such service or method (60). A
+	// handler's own 60 matches too: its Code tells them apart, as the
+	// server's own is CodeUnimplemented.
 	ErrNotFound = errors.New("not found")
 	// ErrOverloaded: the server rejected the call without running it
 	// (100). Safe to retry on another instance.
@@ -126,18 +129,6 @@ var (
 	ErrNotSent = errors.New("request not sent")
 )
 
-// Codes of the documented set. An application may use any other short
-// snake_case string. A code never makes a call retryable that was not.
-const (
-	CodeUnauthenticated    = "unauthenticated"     // the caller's credentials are missing or wrong
-	CodePermissionDenied   = "permission_denied"   // the caller is known and not allowed
-	CodeNotFound           = "not_found"           // an entity the call names does not exist
-	CodeAlreadyExists      = "already_exists"      // an entity the call creates exists already
-	CodeFailedPrecondition = "failed_precondition" // the system is not in a state the call needs
-	CodeResourceExhausted  = "resource_exhausted"  // a quota or limit of the caller's is spent
-	CodeInvalidArgument    = "invalid_argument"    // an argument is wrong whatever the state
-)
-
 // Error is the error type every layer of dabb creates and inspects: a
 // status, a message, where it was made, and an optional cause.
 type Error struct {
@@ -147,8 +138,10 @@ type Error struct {
 	// string such as "payment_not_found", or one of the Code constants.
 	// Empty means none. It travels beside the status, which stays
 	// Dubbo's: a peer that does not know codes still reads status and Msg.
+	// It never makes a call retryable that was not.
 	Code string
 	// Details are strings the handler attached for the caller, in order.
+	// At most MaxErrorDetails travel. Nil means none.
 	Details []string
 	// Remote is true when the status arrived in a response from the
 	// peer, false when this process made it.
@@ -163,9 +156,11 @@ type Error struct {
 }
 
 // Error formats the error as "status 60 (service not found): msg", with
-// "remote " in front when the peer sent the status.
+// "remote " in front when the peer sent the status. A code follows the
+// status: "status 60 (service not found), code not_found: msg". Details
+// are left out.
 func (e *Error) Error() string {
-	b := make([]byte, 0, 64+len(e.Msg))
+	b := make([]byte, 0, 64+len(e.Msg)+len(e.Code))
 	if e.Remote {
 		b = append(b, "remote "...)
 	}
@@ -174,6 +169,10 @@ func (e *Error) Error() string {
 	b = append(b, " ("...)
 	b = append(b, e.Status.String()...)
 	b = append(b, ')')
+	if e.Code != "" {
+		b = append(b, ", code "...)
+		b = append(b, e.Code...)
+	}
 	if e.Msg != "" {
 		b = append(b, ": "...)
 		b = append(b, e.Msg...)
@@ -209,11 +208,13 @@ func ContextError(err error, sent bool) *Error {
 
 // Errorf returns an error of status s with a message formatted as
 // fmt.Errorf formats it. A cause wrapped with %w stays reachable through
-// errors.Is and errors.As in this process; only the status and the
-// message travel. It is how a handler chooses its status, as gRPC's
-// status.Errorf:
+// errors.Is and errors.As in this process. Only the status, the message,
+// the code and the details travel. It is how a handler chooses its
+// status, as gRPC's status.Errorf:
 //
 //	return nil, protocol.Errorf(protocol.StatusBadRequest, "count must be positive, got %d", n)
+//
+// Set Code and Details on the result, or use [NewError], to send them too.
 //
 // A dabb server passes 25, 40, 60 and 70 from a handler as they are and
 // answers 70 for any other status (see docs/design.md).
@@ -232,9 +233,14 @@ func Errorf(s Status, format string, args ...any) *Error {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Is matches the sentinels by status, so errors.Is(err, ErrTimeout) is true
-// for a status 30 or 31 error.
+// for a status 30 or 31 error. ErrUnauthenticated and ErrPermissionDenied
+// match by Code instead.
 func (e *Error) Is(target error) bool {
 	switch target {
+	case ErrUnauthenticated:
+		return e.Code == CodeUnauthenticated
+	case ErrPermissionDenied:
+		return e.Code == CodePermissionDenied
 	case ErrNotSent:
 		return e.NotSent
 	case ErrTimeout:

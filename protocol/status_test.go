@@ -56,6 +56,8 @@ func TestErrorError(t *testing.T) {
 		{"cause without message", &protocol.Error{Status: protocol.StatusChannelInactive, Err: cause}, "status 35 (channel inactive): connection reset"},
 		{"cause equal to message", &protocol.Error{Status: protocol.StatusChannelInactive, Msg: "connection reset", Err: cause}, "status 35 (channel inactive): connection reset"},
 		{"unknown status", &protocol.Error{Status: 7}, "status 7 (status(7))"},
+		{"code", &protocol.Error{Status: protocol.StatusServiceNotFound, Code: "payment_not_found", Msg: "no payment 7",
+			Details: []string{"payment_id=7"}, Remote: true}, "remote status 60 (service not found), code payment_not_found: no payment 7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,7 +72,7 @@ func TestErrorIs(t *testing.T) {
 	sentinels := []error{
 		protocol.ErrTimeout, protocol.ErrUnavailable, protocol.ErrNotFound,
 		protocol.ErrOverloaded, protocol.ErrBadRequest, protocol.ErrServiceError,
-		protocol.ErrCanceled,
+		protocol.ErrCanceled, protocol.ErrUnauthenticated, protocol.ErrPermissionDenied,
 	}
 	tests := []struct {
 		s    protocol.Status

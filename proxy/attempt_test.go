@@ -234,3 +234,33 @@ func TestNotSentOnlyWhenNoAttemptWasSent(t *testing.T) {
 	}
 	t.Fatal("no call started on the slow instance: the test proves nothing")
 }
+
+// TestRefusedCallsAreNotRetried: a rejection with code unauthenticated or
+// permission_denied is returned at once, even with a status that is
+// retried otherwise (100, a server-sent 31) and for an idempotent call.
+func TestRefusedCallsAreNotRetried(t *testing.T) {
+	for _, tc := range []struct {
+		status protocol.Status
+		code   string
+		want   error
+	}{
+		{protocol.StatusBadRequest, protocol.CodeUnauthenticated, proxy.ErrUnauthenticated},
+		{protocol.StatusServerThreadpoolExhausted, protocol.CodeUnauthenticated, proxy.ErrUnauthenticated},
+		{protocol.StatusServerTimeout, protocol.CodePermissionDenied, proxy.ErrPermissionDenied},
+	} {
+		t.Run(fmt.Sprintf("%d %s", tc.status, tc.code), func(t *testing.T) {
+			a1, runs1 := refusingServer(t, tc.status, tc.code)
+			a2, runs2 := refusingServer(t, tc.status, tc.code)
+			c := client(t, []string{a1, a2}, proxy.WithRetry(proxy.RetryPolicy{MaxAttempts: 3}))
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			_, err := invoke(ctx, c, proxy.Idempotent())
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if n := runs1.Load() + runs2.Load(); n != 1 {
+				t.Errorf("the servers saw %d attempts, want 1", n)
+			}
+		})
+	}
+}

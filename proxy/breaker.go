@@ -20,9 +20,11 @@ import (
 //
 // A breaker counts only failures that speak of the instance. These are
 // connection failures, attempts that timed out after sending, and status
-// 80. A method's own error (70) counts as a success. Some outcomes count
-// neither way: a call the caller gave up on, a shed call (100), an attempt
-// the dial backoff refused, and a failure from an address shutting down.
+// 80. A method's own error (70) counts as a success. So does a rejection
+// with code unauthenticated or permission_denied, whatever its status.
+// Some outcomes count neither way: a call the caller gave up on, a shed
+// call (100), an attempt the dial backoff refused, and a failure from an
+// address shutting down.
 // A timeout counts whichever deadline ended the attempt, the method's or
 // the caller's.
 //
@@ -222,7 +224,9 @@ var errBreakerOpen = errors.New("proxy: circuit breaker open")
 // instanceFailure reports whether err speaks of the instance's health.
 func instanceFailure(err error) bool {
 	pe := asError(err)
-	if pe == nil {
+	if pe == nil || refused(pe) {
+		// A refused caller met a server that answers: whatever the
+		// status, its breaker counts a success.
 		return false
 	}
 	if pe.Remote {

@@ -28,6 +28,10 @@ func TestBreakerClasses(t *testing.T) {
 		{"timed out after sending", &protocol.Error{Status: protocol.StatusServerTimeout}, true, false},
 		{"caller gave up", &protocol.Error{Status: protocol.StatusClientError}, false, true},
 		{"budget spent before sending", protocol.NotSent(protocol.StatusClientTimeout, "budget spent", nil), false, true},
+		// A rejection of the caller counts as a success whatever its status.
+		{"unauthenticated", &protocol.Error{Status: protocol.StatusBadRequest, Code: protocol.CodeUnauthenticated, Remote: true}, false, false},
+		{"permission denied as 80", &protocol.Error{Status: protocol.StatusServerError, Code: protocol.CodePermissionDenied, Remote: true}, false, false},
+		{"server error with another code", &protocol.Error{Status: protocol.StatusServerError, Code: "db_down", Remote: true}, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,8 +3,10 @@ package proxy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -283,4 +285,61 @@ func TestRestartResetsTheBreaker(t *testing.T) {
 	}
 	<-done
 	restartAndCall(t, c, addr)
+}
+
+// refusingServer starts a transport server that answers every request
+// with status and code, as a server's auth interceptor rejects a call. It
+// counts the requests it answers.
+func refusingServer(t *testing.T, status protocol.Status, code string) (string, *atomic.Int64) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := new(atomic.Int64)
+	srv := transport.NewServer(transport.HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
+		runs.Add(1)
+		resp.SetError(&protocol.Error{Status: status, Code: code, Msg: "refused"})
+	}), transport.ServerConfig{Logger: quiet})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	return l.Addr().String(), runs
+}
+
+// TestRefusedCallsKeepTheBreakerClosed: 100 rejections of the caller's
+// credentials leave the instance's breaker closed. They come as the
+// interceptors send them (40) and as a peer might (80, which otherwise
+// counts against the instance).
+func TestRefusedCallsKeepTheBreakerClosed(t *testing.T) {
+	for _, tc := range []struct {
+		status protocol.Status
+		code   string
+		want   error
+	}{
+		{protocol.StatusBadRequest, protocol.CodeUnauthenticated, proxy.ErrUnauthenticated},
+		{protocol.StatusBadRequest, protocol.CodePermissionDenied, proxy.ErrPermissionDenied},
+		{protocol.StatusServerError, protocol.CodeUnauthenticated, proxy.ErrUnauthenticated},
+	} {
+		t.Run(fmt.Sprintf("%d %s", tc.status, tc.code), func(t *testing.T) {
+			addr, runs := refusingServer(t, tc.status, tc.code)
+			c := client(t, []string{addr}, proxy.WithBreaker(proxy.BreakerConfig{ConsecutiveFailures: 3}))
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			for i := range 100 {
+				if _, err := invoke(ctx, c, proxy.Idempotent()); !errors.Is(err, tc.want) {
+					t.Fatalf("call %d = %v; want %v", i, err, tc.want)
+				}
+			}
+			if got := c.BreakerState(addr); got != "closed" {
+				t.Errorf("breaker after 100 rejections is %s; want closed", got)
+			}
+			if n := runs.Load(); n != 100 {
+				t.Errorf("the server answered %d requests for 100 calls; want 100", n)
+			}
+		})
+	}
 }

@@ -13,15 +13,16 @@ import (
 )
 
 // Errors a call can return, matched with errors.Is. Every error from Invoke
-// is a *protocol.Error (errors.As). It holds the status and whether the
-// peer sent it (Remote).
+// is a *protocol.Error (errors.As). It holds the status, whether the peer
+// sent it (Remote), and the handler's Code and Details, if any.
 var (
 	// ErrTimeout: the call's budget ran out.
 	ErrTimeout = protocol.ErrTimeout
 	// ErrUnavailable: no instance could take the call, or the connection
 	// was lost.
 	ErrUnavailable = protocol.ErrUnavailable
-	// ErrNotFound: the server has no such service or method.
+	// ErrNotFound: the server has no such service or method (code
+	// unimplemented), or a handler answered 60 with a code of its own.
 	ErrNotFound = protocol.ErrNotFound
 	// ErrOverloaded: the server rejected the call without running it.
 	ErrOverloaded = protocol.ErrOverloaded
@@ -38,6 +39,14 @@ var (
 	// instance took it, no connection was up, or the budget ran out
 	// first. It is safe to try again, whatever the method.
 	ErrNotSent = protocol.ErrNotSent
+	// ErrUnauthenticated: the server refused the call's credentials (code
+	// unauthenticated, whatever the status). Never retried; never counted
+	// against a breaker.
+	ErrUnauthenticated = protocol.ErrUnauthenticated
+	// ErrPermissionDenied: the server knows the caller and does not allow
+	// the call (code permission_denied). Never retried; never counted
+	// against a breaker.
+	ErrPermissionDenied = protocol.ErrPermissionDenied
 )
 
 // asError returns err as a *protocol.Error, or nil.
@@ -54,6 +63,13 @@ func asError(err error) *protocol.Error {
 		return pe
 	}
 	return nil
+}
+
+// refused reports an error whose code says the server refused the caller:
+// unauthenticated or permission denied. Retrying cannot change that, and
+// it says nothing of the instance's health.
+func refused(pe *protocol.Error) bool {
+	return pe.Code == protocol.CodeUnauthenticated || pe.Code == protocol.CodePermissionDenied
 }
 
 // asCallError makes every error a call returns a *protocol.Error, as the

@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 
@@ -31,6 +32,9 @@ type options struct {
 	breaker         BreakerConfig
 	observer        Observer
 	idempotencyKeys bool
+	// tls, when set, makes every connection TLS. WithTLS sets it;
+	// WithCredentials reads it to tell a secure client.
+	tls *tls.Config
 }
 
 type methodKey struct{ service, method string }
@@ -118,6 +122,17 @@ func WithObserver(obs Observer) Option { return func(o *options) { o.observer = 
 // call of a method that is not idempotent gets a key, which every attempt
 // repeats (the protocol.AttachIdempotencyKey attachment).
 func WithoutIdempotencyKeys() Option { return func(o *options) { o.idempotencyKeys = false } }
+
+// WithCredentials adds c's attachments to every call, under the keys c
+// returns. When c requires transport security, a client without WithTLS
+// fails every call unsent. It runs as a middleware, where the option stands
+// among WithMiddleware: middlewares given after it see the attachments,
+// those given before do not. Several WithCredentials add up, in order.
+func WithCredentials(c Credentials) Option {
+	return func(o *options) {
+		o.middleware = append(o.middleware, credentialsStage(c, o))
+	}
+}
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }

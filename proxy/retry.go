@@ -18,7 +18,9 @@ import (
 // the method. It was never sent, rejected with 100, or refused by a server
 // whose budget was spent. Any other failure leaves it unknown whether the
 // server acted, such as a timeout or a connection lost after sending. Only
-// idempotent methods are retried then. All attempts of a call share its
+// idempotent methods are retried then. A rejection with code
+// unauthenticated or permission_denied is never retried; any other code
+// leaves the status to decide. All attempts of a call share its
 // one deadline and carry the same idempotency key. See docs/resilience.md.
 type RetryPolicy struct {
 	// MaxAttempts bounds the attempts of one call, the first included.
@@ -85,7 +87,9 @@ const (
 // failed with err.
 func classify(err error) verdict {
 	pe := asError(err)
-	if pe == nil {
+	if pe == nil || refused(pe) {
+		// Any other code leaves the status to decide: a code never
+		// makes retryable what was not.
 		return fatal
 	}
 	if pe.Remote {

@@ -30,6 +30,15 @@ func TestClassify(t *testing.T) {
 		{"connection lost after sending", &protocol.Error{Status: protocol.StatusChannelInactive}, unknown},
 		{"wrapped", fmt.Errorf("middleware: %w", notSent(protocol.StatusChannelInactive)), notActed},
 		{"not a protocol error", errors.New("boom"), fatal},
+		// A code never makes a call retryable; these two make it fatal.
+		{"remote overloaded, unauthenticated", &protocol.Error{Status: protocol.StatusServerThreadpoolExhausted,
+			Code: protocol.CodeUnauthenticated, Remote: true}, fatal},
+		{"remote budget spent, permission denied", &protocol.Error{Status: protocol.StatusServerTimeout,
+			Code: protocol.CodePermissionDenied, Remote: true}, fatal},
+		{"remote overloaded, other code", &protocol.Error{Status: protocol.StatusServerThreadpoolExhausted,
+			Code: protocol.CodeResourceExhausted, Remote: true}, notActed},
+		{"remote service error, retryable-sounding code", &protocol.Error{Status: protocol.StatusServiceError,
+			Code: "unavailable", Remote: true}, fatal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
