@@ -14,8 +14,9 @@ import (
 
 // AttachAuthorization is the attachment that carries a call's
 // credentials, as HTTP's Authorization header does. A bearer token
-// travels as "Bearer <token>"; the scheme is matched without case.
-const AttachAuthorization = "authorization"
+// travels as "Bearer <token>"; the scheme is matched without case. It is
+// protocol.AttachAuthorization, which proxy.BearerToken sends.
+const AttachAuthorization = protocol.AttachAuthorization
 
 // RequireToken returns an interceptor that admits a call only with one
 // of tokens, as a TokenSet does. Its tokens are fixed: use a TokenSet to

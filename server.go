@@ -252,25 +252,39 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 // The Code and Details of a local *protocol.Error travel whatever its
 // status.
 func setHandlerError(resp *protocol.Message, err error) {
+	s, pe := handlerStatus(err)
+	if pe == nil {
+		resp.SetError(&protocol.Error{Status: s, Msg: err.Error()})
+		return
+	}
+	out := protocol.Error{Status: s, Code: pe.Code, Details: pe.Details, Msg: err.Error()}
+	if s == pe.Status {
+		// The status travels in the header: the text leaves out the
+		// "status 60 (service not found)" the error would repeat.
+		out.Msg = strings.Replace(out.Msg, pe.Error(), bareText(pe), 1)
+	}
+	resp.SetError(&out)
+}
+
+// handlerStatus is the status the server answers for a handler's error,
+// and the local *protocol.Error whose code and details travel with it
+// (nil for none). A local error of 25, 40, 60 or 70 keeps its status; any
+// other error is 70.
+func handlerStatus(err error) (protocol.Status, *protocol.Error) {
 	var pe *protocol.Error
 	if !errors.As(err, &pe) || pe.Remote {
 		// An error the handler got from a call of its own is Remote: the
 		// caller must not mistake a downstream timeout for one of its
 		// own. Nor a downstream's code: its "unauthenticated" speaks of
 		// this server's credentials, not the caller's.
-		resp.SetError(&protocol.Error{Status: protocol.StatusServiceError, Msg: err.Error()})
-		return
+		return protocol.StatusServiceError, nil
 	}
-	out := protocol.Error{Status: protocol.StatusServiceError, Code: pe.Code, Details: pe.Details, Msg: err.Error()}
 	switch pe.Status {
 	case protocol.StatusSerializationError, protocol.StatusBadRequest,
 		protocol.StatusServiceNotFound, protocol.StatusServiceError:
-		// The status travels in the header: the text leaves out the
-		// "status 60 (service not found)" the error would repeat.
-		out.Status = pe.Status
-		out.Msg = strings.Replace(out.Msg, pe.Error(), bareText(pe), 1)
+		return pe.Status, pe
 	}
-	resp.SetError(&out)
+	return protocol.StatusServiceError, pe
 }
 
 // bareText is an error's text without its status: its message and cause.
