@@ -9,6 +9,8 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
+type otherKey struct{}
+
 func TestRemotePeer(t *testing.T) {
 	p := &Peer{RemoteAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}}
 	tests := []struct {
@@ -20,7 +22,7 @@ func TestRemotePeer(t *testing.T) {
 		{"ContextWithPeer", ContextWithPeer(context.Background(), p), p},
 		{"nil peer", ContextWithPeer(context.Background(), nil), nil},
 		{"handler context", newHandlerCtx(context.Background(), time.Time{}, &protocol.Message{}, p), p},
-		{"derived from a handler context", context.WithValue(newHandlerCtx(context.Background(), time.Time{}, &protocol.Message{}, p), struct{}{}, 1), p},
+		{"derived from a handler context", context.WithValue(newHandlerCtx(context.Background(), time.Time{}, &protocol.Message{}, p), otherKey{}, 1), p},
 		{"handler context without a peer", newHandlerCtx(context.Background(), time.Time{}, &protocol.Message{}, nil), nil},
 		{"connection context", &peerCtx{Context: context.Background(), peer: p}, p},
 	}
