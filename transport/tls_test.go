@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -301,4 +302,16 @@ func (p *Pool) inBackoff(addr string) bool {
 func forceCert(cfg *tls.Config, cert tls.Certificate) *tls.Config {
 	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
 	return cfg
+}
+
+// TestTLSAckedBytes: over TLS the liveness check still reads the socket's
+// acknowledged bytes, so a large frame crossing a slow link is progress.
+func TestTLSAckedBytes(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux tells acknowledged bytes")
+	}
+	w, _ := tcpPair(t)
+	if _, ok := ackedBytes(tls.Client(w, &tls.Config{})); !ok {
+		t.Fatal("ackedBytes cannot tell over a tls.Conn")
+	}
 }
