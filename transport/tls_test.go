@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -313,5 +314,50 @@ func TestTLSAckedBytes(t *testing.T) {
 	w, _ := tcpPair(t)
 	if _, ok := ackedBytes(tls.Client(w, &tls.Config{})); !ok {
 		t.Fatal("ackedBytes cannot tell over a tls.Conn")
+	}
+}
+
+// TestTLSLargeWriteOutlivesItsLimit: on a TLS connection a large frame
+// whose caller's time runs out mid-write is still written whole, and the
+// connection lives on. A cut TLS write would lose its record and break
+// the connection for every call on it.
+func TestTLSLargeWriteOutlivesItsLimit(t *testing.T) {
+	k := newPKI(t)
+	wc, rc := tcpPair(t)
+	cfg := k.clientTLS(k.client)
+	cfg.ServerName = "dabb.test"
+	client := tls.Client(wc, cfg)
+	server := tls.Server(rc, k.serverTLS(k.server))
+	handshook := make(chan error, 1)
+	go func() { handshook <- server.Handshake() }()
+	if err := client.Handshake(); err != nil {
+		t.Fatalf("client handshake: %v", err)
+	}
+	if err := waitFor(t, handshook, "the server's handshake"); err != nil {
+		t.Fatalf("server handshake: %v", err)
+	}
+	failed := make(chan error, 1)
+	var w frameWriter
+	w.init(client, func(err error) { failed <- err })
+
+	// Far more than the socket buffers hold: the server reads nothing yet.
+	payload := bytes.Repeat([]byte("L"), 8*linkBuffer+largePayload)
+	start := time.Now()
+	queued, err := w.writeMessage(frameOf(string(payload)), limit{deadline: time.Now().Add(100 * time.Millisecond)})
+	if !queued || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("large write = %v, %v; want queued and cut off by its deadline", queued, err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the large write returned after %v, long past its deadline", took)
+	}
+	if _, err := w.writeMessage(frameOf("small"), limit{}); err != nil {
+		t.Fatalf("small write after the large one: %v", err)
+	}
+	readRequests(t, server, 1, payload)
+	readRequests(t, server, 1, []byte("small"))
+	select {
+	case err := <-failed:
+		t.Fatalf("the writer failed: %v", err)
+	default:
 	}
 }
