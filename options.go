@@ -3,6 +3,7 @@
 package dabb
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 
@@ -30,9 +31,25 @@ type options struct {
 // the concurrency bound, body limit, heartbeats, shutdown linger and
 // whether Close waits for handlers. A zero field keeps its default; see
 // transport.ServerConfig for each. A nil Logger gets the server's logger.
+// A nil TLS keeps the one WithTLS gave.
 func WithTransport(cfg transport.ServerConfig) Option {
-	return func(o *options) { o.transport = cfg }
+	return func(o *options) {
+		if cfg.TLS == nil {
+			cfg.TLS = o.transport.TLS
+		}
+		o.transport = cfg
+	}
 }
+
+// WithTLS makes the server speak TLS on every listener, Serve's and
+// ListenAndServe's: Serve wraps the plain listener it is given. For mTLS,
+// set cfg's ClientAuth to tls.RequireAndVerifyClientCert and its
+// ClientCAs; RemotePeer then tells a handler the client's verified
+// certificate. The hooks GetCertificate and GetConfigForClient run on
+// every handshake, so certificates rotate without a restart. Each
+// handshake runs on its connection's goroutine, within
+// transport.ServerConfig.HandshakeTimeout. Default none: plaintext.
+func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.transport.TLS = cfg } }
 
 // WithLogger sets the logger of the server and of its transport, unless
 // WithTransport gave the transport its own. Default slog.Default().

@@ -46,8 +46,9 @@ type Client struct {
 	svcMu    sync.Mutex                               // serialises creation of services
 	services atomic.Pointer[map[string]*serviceState] // copy on write
 
-	addrMu sync.Mutex                     // guards addrs
-	addrs  map[string]map[string]struct{} // service: the addresses it lists now
+	addrMu   sync.Mutex                     // guards addrs and tlsNames
+	addrs    map[string]map[string]struct{} // service: the addresses it lists now
+	tlsNames map[string]string              // address: its MetadataTLSServerName value
 
 	keyPrefix string        // random, per client: idempotency keys
 	keySeq    atomic.Uint64 // idempotency key counter
@@ -92,6 +93,7 @@ func NewClient(r registry.Registry, opts ...Option) (*Client, error) {
 			onBack(addr)
 		}
 	}
+	c.opts.transport.ServerName = c.serverName(c.opts.transport.ServerName)
 	c.pool = transport.NewPool(c.opts.transport)
 	c.cache = registry.NewCache(r, c.opts.cache)
 	c.opts.retry = c.opts.retry.withDefaults()
@@ -224,6 +226,7 @@ func (c *Client) service(ctx context.Context, name string, deadline time.Time) (
 		return nil, err
 	}
 	unsub, err := c.cache.Subscribe(name, func(ins []registry.Instance) {
+		c.noteTLSNames(ins) // before the balancer may pick a new instance
 		bal.Update(ins)
 		c.listed(name, ins)
 	})
@@ -261,9 +264,40 @@ func (c *Client) listed(service string, ins []registry.Instance) {
 			continue
 		}
 		if !c.stillListed(addr) {
+			delete(c.tlsNames, addr)
 			c.pool.Forget(addr)
 			c.breakers.drop(addr)
 		}
+	}
+}
+
+// noteTLSNames records the MetadataTLSServerName values of ins. listed
+// forgets them with their addresses.
+func (c *Client) noteTLSNames(ins []registry.Instance) {
+	c.addrMu.Lock()
+	defer c.addrMu.Unlock()
+	for _, in := range ins {
+		if name := in.Metadata[MetadataTLSServerName]; name != "" {
+			if c.tlsNames == nil {
+				c.tlsNames = make(map[string]string)
+			}
+			c.tlsNames[in.Addr] = name
+		}
+	}
+}
+
+// serverName returns the transport's ServerName hook: the user's, then
+// the MetadataTLSServerName of the instances at the address.
+func (c *Client) serverName(user func(addr string) string) func(addr string) string {
+	return func(addr string) string {
+		if user != nil {
+			if name := user(addr); name != "" {
+				return name
+			}
+		}
+		c.addrMu.Lock()
+		defer c.addrMu.Unlock()
+		return c.tlsNames[addr]
 	}
 }
 

@@ -80,8 +80,33 @@ func WithMiddleware(mws ...Middleware) Option {
 
 // WithTransport configures the connection pool: connections per address,
 // dial timeout, heartbeats, body limit. Fields left zero take their
-// defaults (see transport.Config).
-func WithTransport(cfg transport.Config) Option { return func(o *options) { o.transport = cfg } }
+// defaults (see transport.Config). A nil TLS keeps the one WithTLS gave.
+func WithTransport(cfg transport.Config) Option {
+	return func(o *options) {
+		if cfg.TLS == nil {
+			cfg.TLS = o.transport.TLS
+		}
+		o.transport = cfg
+	}
+}
+
+// MetadataTLSServerName is the instance metadata key naming the server a
+// TLS client verifies the instance's certificate against. Without it the
+// name is the host of the instance's address. It lets an instance
+// published by IP present a certificate for a name.
+const MetadataTLSServerName = "tls_server_name"
+
+// WithTLS makes every connection TLS, with cfg cloned for each dial. The
+// handshake is part of the dial, within the transport's DialTimeout. A
+// failed handshake fails the attempt not sent, with an error naming TLS
+// and the cause, and the attempt is retried elsewhere by the usual rule.
+// When cfg.ServerName is empty, each instance is verified against its
+// MetadataTLSServerName value, or the host of its address. Verification
+// is skipped only if cfg sets InsecureSkipVerify. Set cfg.Certificates or
+// cfg.GetClientCertificate for mTLS; the hook runs on every handshake, so
+// a rotated certificate is used from the next connection on. Default
+// none: plaintext.
+func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.transport.TLS = cfg } }
 
 // WithCache configures the instance cache: snapshot file, empty-push
 // protection. Fields left zero take their defaults (see

@@ -4,6 +4,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"time"
@@ -57,6 +58,20 @@ type Config struct {
 
 	// Dial opens a connection. Default: a net.Dialer over TCP.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+
+	// TLS, when set, makes every connection TLS. The handshake is part of
+	// the dial, within DialTimeout, and a failed one fails its calls not
+	// sent. Each dial clones TLS, so its hooks (GetClientCertificate) run
+	// on every handshake. An empty ServerName is set per address (see
+	// ServerName); verification is skipped only with InsecureSkipVerify.
+	// Default nil: plaintext.
+	TLS *tls.Config
+
+	// ServerName returns the name a TLS dial to addr verifies the
+	// server's certificate against, when TLS.ServerName is empty. An empty
+	// answer, or a nil ServerName, means addr's host. It runs on the
+	// dialing goroutine and must not block.
+	ServerName func(addr string) string
 
 	// OnReadOnly is called when addr sends the read-only event: it is
 	// shutting down. It runs on a connection's reader and must not block.

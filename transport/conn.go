@@ -106,7 +106,11 @@ func (c *clientConn) writeFailed(err error) {
 
 // close closes the connection and fails every pending call at once. Only
 // the first close acts, and its err is kept; later ones do nothing.
-func (c *clientConn) close(err error) {
+func (c *clientConn) close(err error) { c.closeWith(err, false) }
+
+// closeWith closes as close does. With notSent, the server provably read
+// none of the pending requests, and each fails not sent.
+func (c *clientConn) closeWith(err error, notSent bool) {
 	c.mu.Lock()
 	if !c.moveLocked(connClosed) {
 		c.mu.Unlock()
@@ -124,6 +128,9 @@ func (c *clientConn) close(err error) {
 	c.w.fail(err)
 	_ = c.nc.Close()
 	for _, cl := range pend {
+		if notSent {
+			cl.err = protocol.NotSent(protocol.StatusChannelInactive, "cannot connect", err)
+		}
 		cl.ch <- nil
 	}
 	c.ep.detach(c)
@@ -237,6 +244,13 @@ func (c *clientConn) readLoop() {
 	defer c.ep.p.wg.Done()
 	br := bufio.NewReaderSize(c.live.source(c.nc), readBufferSize)
 	rd := protocol.NewReader(br, c.ep.p.cfg.MaxBody)
+	// The first bytes tell whether the server took the connection at all.
+	b, err := br.Peek(2)
+	if refused := refusedError(c.ep.addr, c.ep.p.cfg.TLS != nil, b, err); refused != nil {
+		c.ep.refused(refused)
+		c.closeWith(refused, true)
+		return
+	}
 	for {
 		m := getMessage()
 		if err := rd.Read(m); err != nil {

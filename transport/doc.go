@@ -38,7 +38,27 @@
 // a peer acknowledging a large frame still being written is not silent.
 //
 // A handler's context answers [Request] with the request it serves, so
-// layers above read attachments without a context value per call.
+// layers above read attachments without a context value per call. It
+// answers [RemotePeer] with its connection's [Peer], made once per
+// connection.
+//
+// TLS: [Config.TLS] and [ServerConfig.TLS] make every connection TLS. The
+// client's handshake is part of the dial, within [Config.DialTimeout]; the
+// server's runs on the connection's goroutine, within
+// [ServerConfig.HandshakeTimeout]. A failed handshake fails its calls not
+// sent, with an error naming TLS and the cause. Under TLS 1.3 a server
+// refuses a client certificate only after the client's handshake has
+// ended; the client reads that alert before any frame, and its calls fail
+// not sent too.
+//
+// A peer that speaks the other protocol is told so before the connection
+// closes. A TLS server answers a plaintext dabb frame with a TLS alert
+// record; the client reads a TLS record where dabb's magic should be. A
+// plaintext server answers a TLS handshake with a dabb frame (status 40);
+// the client's handshake reads dabb's magic where a TLS record should be.
+// Either client fails not sent with an error matching [ErrTLSMismatch]
+// that says what the server speaks. The server logs such peers, and failed
+// handshakes, once a minute per IP.
 //
 // Graceful shutdown: [Server.Shutdown] stops accepting and sends the
 // read-only event on every connection. It still serves what is in the

@@ -156,16 +156,37 @@ func (e *endpoint) slowConn(ctx context.Context, i int, start time.Time, budget 
 	return d.c, nil
 }
 
+// failedLocked records a failed dial, or a connection the server refused
+// at once, and backs off, with mu held.
+func (e *endpoint) failedLocked(err error) {
+	e.failures++
+	delay := backoffMin << min(e.failures-1, 10)
+	e.retryAt = time.Now().Add(min(delay, backoffMax))
+	e.lastErr = err
+}
+
+// refused records a connection the server refused before reading a
+// request (see refusedError), so the next calls back off as after a
+// failed dial.
+func (e *endpoint) refused(err error) {
+	e.mu.Lock()
+	e.failedLocked(err)
+	e.mu.Unlock()
+}
+
 // dialSlot dials addr for slot i and publishes the result to d.
 func (e *endpoint) dialSlot(i int, d *dialing) {
 	defer e.p.wg.Done()
 	ctx, cancel := context.WithTimeout(e.p.ctx, e.p.cfg.DialTimeout)
 	nc, err := e.p.cfg.Dial(ctx, e.addr)
-	cancel()
 	switch {
 	case err != nil:
 		err = fmt.Errorf("transport: dial %s: %w", e.addr, err)
-	case d.probe:
+	case e.p.cfg.TLS != nil:
+		nc, err = e.handshake(ctx, nc) // the same budget as the dial
+	}
+	cancel()
+	if err == nil && d.probe {
 		if err = e.verify(nc); err != nil {
 			_ = nc.Close()
 		}
@@ -182,10 +203,7 @@ func (e *endpoint) dialSlot(i int, d *dialing) {
 	back := false
 	e.mu.Lock()
 	if err != nil {
-		e.failures++
-		delay := backoffMin << min(e.failures-1, 10)
-		e.retryAt = time.Now().Add(min(delay, backoffMax))
-		e.lastErr = err
+		e.failedLocked(err)
 	} else {
 		e.failures = 0
 		e.retryAt = time.Time{}

@@ -31,6 +31,8 @@ type handlerCtx struct {
 	// The decoded attachment map is the request's own, never reused.
 	attachments    map[string]string
 	idempotencyKey string
+	// peer is the connection's, shared by its calls (RemotePeer).
+	peer *Peer
 
 	mu       sync.Mutex // guards the fields below
 	done     chan struct{}
@@ -41,11 +43,11 @@ type handlerCtx struct {
 	afters   []*afterFunc
 }
 
-// newHandlerCtx returns the context of a handler serving req.
-// A zero deadline means none.
-func newHandlerCtx(base context.Context, deadline time.Time, req *protocol.Message) *handlerCtx {
+// newHandlerCtx returns the context of a handler serving req on the
+// connection of peer. A zero deadline means none.
+func newHandlerCtx(base context.Context, deadline time.Time, req *protocol.Message, peer *Peer) *handlerCtx {
 	c := &handlerCtx{base: base, deadline: deadline,
-		attachments: req.Attachments, idempotencyKey: req.IdempotencyKey}
+		attachments: req.Attachments, idempotencyKey: req.IdempotencyKey, peer: peer}
 	c.req.Store(req)
 	return c
 }
@@ -70,10 +72,16 @@ func (c *handlerCtx) Deadline() (time.Time, bool) { return c.deadline, !c.deadli
 // answers with itself, for Request and RequestMetadata.
 type handlerCtxKey struct{}
 
-// Value answers handlerCtxKey with c. It carries no other values.
+// Value answers handlerCtxKey with c and peerKey with the connection's
+// peer. It carries no other values.
 func (c *handlerCtx) Value(key any) any {
-	if _, ok := key.(handlerCtxKey); ok {
+	switch key.(type) {
+	case handlerCtxKey:
 		return c
+	case peerKey:
+		if c.peer != nil {
+			return c.peer
+		}
 	}
 	return nil
 }

@@ -131,7 +131,7 @@ func TestHandlerCtx(t *testing.T) {
 func TestHandlerCtxNoDeadline(t *testing.T) {
 	base, closeBase := context.WithCancel(context.Background())
 	defer closeBase()
-	c := newHandlerCtx(base, time.Time{}, &protocol.Message{})
+	c := newHandlerCtx(base, time.Time{}, &protocol.Message{}, nil)
 	defer c.cancel(context.Canceled)
 	if d, ok := c.Deadline(); ok || !d.IsZero() {
 		t.Errorf("Deadline() = %v, %v; want none", d, ok)
@@ -252,6 +252,7 @@ func TestHandlerCtxAllocs(t *testing.T) {
 	base, closeBase := context.WithCancel(context.Background())
 	defer closeBase()
 	req := &protocol.Message{IdempotencyKey: "k"}
+	peer := &Peer{}
 	budgets := []struct {
 		name   string
 		budget time.Duration // zero: none
@@ -267,7 +268,7 @@ func TestHandlerCtxAllocs(t *testing.T) {
 				if b.budget > 0 {
 					deadline = time.Now().Add(b.budget)
 				}
-				c := newHandlerCtx(base, deadline, req)
+				c := newHandlerCtx(base, deadline, req, peer)
 				_ = c.Err()
 				c.cancel(context.Canceled)
 				c.req.Store(nil)

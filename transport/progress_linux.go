@@ -3,6 +3,7 @@
 package transport
 
 import (
+	"crypto/tls"
 	"net"
 	"syscall"
 
@@ -15,6 +16,9 @@ import (
 // reading and its receive window is full, so it tells a slow link from a
 // peer that stopped reading.
 func ackedBytes(nc net.Conn) (uint64, bool) {
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn() // TLS records are bytes on the socket too
+	}
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return 0, false

@@ -4,6 +4,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,6 +84,17 @@ type ServerConfig struct {
 	// Default false.
 	WaitForHandlers bool
 
+	// TLS, when set, makes the server speak TLS on every listener, as a
+	// tls.NewListener would. Set ClientAuth and ClientCAs for mTLS. Its
+	// hooks (GetCertificate, GetConfigForClient) run on every handshake,
+	// so certificates rotate without a restart. Default nil: plaintext.
+	TLS *tls.Config
+
+	// HandshakeTimeout bounds a TLS handshake. It runs on the
+	// connection's goroutine, never in the accept loop. Default 10s;
+	// zero or less means the default.
+	HandshakeTimeout time.Duration
+
 	// Logger receives connection events and handler panics.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -129,6 +141,9 @@ type Server struct {
 	// their accept queue (listenerState.drain). It is a fact about each
 	// listener, not about the server, so it stays apart from state.
 	drains sync.WaitGroup
+
+	peerLogMu  sync.Mutex           // guards peerLogged
+	peerLogged map[string]time.Time // by IP: when a refused connection was last logged
 }
 
 // serverState is where a Server is in its life.
@@ -217,6 +232,9 @@ func NewServer(h Handler, cfg ServerConfig) *Server {
 	}
 	if cfg.ShutdownLinger <= 0 {
 		cfg.ShutdownLinger = 2 * time.Second
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 10 * time.Second
 	}
 	s := &Server{
 		h:         h,

@@ -5,6 +5,7 @@ package transport
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,11 @@ type serverConn struct {
 	live   liveness
 	reply  protocol.Message // scratch for the reader's own answers
 	done   chan struct{}    // closed by close
+	// peer is set before the first read, after the TLS handshake if any.
+	// Handler contexts point to it (RemotePeer).
+	peer Peer
+	// pctx is the context of calls that need no handlerCtx.
+	pctx peerCtx
 	// drained marks a connection accepted from the queue during Shutdown.
 	// Its reader sends the read-only event before it reads anything.
 	drained bool
@@ -47,9 +53,15 @@ type serverConn struct {
 	running map[uint64]*serverCall
 }
 
-// newServerConn wraps an accepted connection. It starts no goroutine.
+// newServerConn wraps an accepted connection, in TLS when the server has a
+// TLS config. It starts no goroutine and does no I/O.
 func newServerConn(s *Server, nc net.Conn) *serverConn {
+	if s.cfg.TLS != nil {
+		nc = tls.Server(nc, s.cfg.TLS)
+	}
 	sc := &serverConn{s: s, nc: nc, done: make(chan struct{}), running: make(map[uint64]*serverCall)}
+	sc.peer = Peer{RemoteAddr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()}
+	sc.pctx = peerCtx{Context: s.base, peer: &sc.peer}
 	sc.w.init(nc, func(err error) {
 		s.log.Debug("transport: write failed; closing connection", "remote", nc.RemoteAddr(), "err", err)
 		sc.close()
@@ -113,7 +125,7 @@ type serverCall struct {
 	req  protocol.Message
 	resp protocol.Message
 	// ctx is the handler's context for a two-way request or one with a
-	// budget. Other requests get the server's base context. It is new for
+	// budget. Other requests get the connection's pctx. It is new for
 	// every call: a handler may keep it (context.WithoutCancel, work that
 	// goes on), and it must keep answering for its own request.
 	ctx *handlerCtx
@@ -160,6 +172,9 @@ func (sc *serverConn) serve() {
 	s := sc.s
 	defer s.wg.Done()
 	defer sc.close()
+	if tc, ok := sc.nc.(*tls.Conn); ok && !sc.handshake(tc) {
+		return
+	}
 	sc.mu.Lock()
 	if !sc.closed {
 		sc.hb = time.AfterFunc(s.cfg.HeartbeatInterval, sc.tick)
@@ -171,10 +186,15 @@ func (sc *serverConn) serve() {
 	}
 	br := bufio.NewReaderSize(sc.live.source(sc.nc), readBufferSize)
 	rd := protocol.NewReader(br, s.cfg.MaxBody)
-	for {
+	for first := true; ; first = false {
 		call := serverCallPool.Get().(*serverCall)
 		err := rd.Read(&call.req)
 		if err != nil {
+			if first && s.cfg.TLS == nil && errors.Is(err, protocol.ErrBadMagic) && tlsRecord(call.req.Header[:]) {
+				putServerCall(call)
+				sc.answerTLSClient()
+				return
+			}
 			if errors.Is(err, protocol.ErrMalformed) {
 				// The frame was consumed whole: answer it and go on.
 				if call.req.Header.Flags().IsTwoWay() {
@@ -286,7 +306,7 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		if req.Timeout > 0 {
 			deadline = time.Now().Add(req.Timeout)
 		}
-		call.ctx = newHandlerCtx(s.base, deadline, req)
+		call.ctx = newHandlerCtx(s.base, deadline, req, &sc.peer)
 	}
 	if twoWay {
 		// Tracked here, on the reader goroutine, so a cancel read after
@@ -343,7 +363,7 @@ func (call *serverCall) run() {
 			s.invoke(call.ctx, req, &call.resp)
 		}
 	} else {
-		s.invoke(s.base, req, &call.resp)
+		s.invoke(&call.sc.pctx, req, &call.resp)
 	}
 }
 

@@ -47,6 +47,9 @@ func (w *frameWriter) writeLarge(m *protocol.Message, lim limit) (queued bool, e
 	w.spare = nil
 	w.mu.Unlock()
 
+	if w.sealed && lim.set() {
+		return true, w.writeSealed(b, m.Payload, lim)
+	}
 	n, err := w.writeBuffers(net.Buffers{b, m.Payload}, lim)
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && exactCounts {
 		if lerr := lim.err(); lerr != nil {
@@ -63,6 +66,44 @@ func (w *frameWriter) writeLarge(m *protocol.Message, lim limit) (queued bool, e
 	}
 	w.mu.Lock()
 	return true, w.wrote(b, err)
+}
+
+// writeSealed writes a large frame, head (with the frames buffered
+// before it) and payload, on a TLS connection, within lim. It holds the
+// turn, and is called without mu.
+func (w *frameWriter) writeSealed(head, payload []byte, lim limit) error {
+	// A TLS write cut by a deadline leaves the connection broken for
+	// good: the record it was sealing is lost. So the frame is copied and
+	// written whole by a goroutine of its own. The caller waits for it
+	// within lim, and may reuse its payload when it returns either way.
+	frame := bufpool.Get(len(head) + len(payload))
+	frame = append(append(frame[:0], head...), payload...)
+	bufpool.Put(head)
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.nc.Write(frame)
+		done <- err
+		w.mu.Lock()
+		_ = w.wrote(frame, err) // a failed write closes the connection itself
+	}()
+	var expired <-chan time.Time
+	if !lim.deadline.IsZero() {
+		t := time.NewTimer(time.Until(lim.deadline))
+		defer t.Stop()
+		expired = t.C
+	}
+	var cancelled <-chan struct{}
+	if lim.ctx != nil {
+		cancelled = lim.ctx.Done()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-cancelled:
+		return lim.ctx.Err()
+	case <-expired:
+		return context.DeadlineExceeded
+	}
 }
 
 // tail returns p without its first n bytes (all of p for n <= 0).

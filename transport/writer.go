@@ -4,6 +4,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -48,6 +49,9 @@ type frameWriter struct {
 
 	// raw writes without blocking (tryWrite); nil where nc cannot.
 	raw rawWriter
+	// sealed: nc is a *tls.Conn, whose writes must not be cut
+	// (writeSealed).
+	sealed bool
 	// cutting counts the cut calls that may still set a write deadline
 	// (writeBuffers); only the turn's holder uses it.
 	cutting sync.WaitGroup
@@ -62,6 +66,7 @@ func (w *frameWriter) init(nc net.Conn, onError func(error)) {
 	w.onError = onError
 	w.turn.L = &w.mu
 	w.raw.init(nc)
+	_, w.sealed = nc.(*tls.Conn)
 }
 
 // eventKind selects an event frame for writeEvent.
