@@ -37,7 +37,7 @@ var ErrInsecureCredentials = errors.New("proxy: credentials require transport se
 func credentialsStage(c Credentials, o *options) Middleware {
 	return func(next Invoker) Invoker {
 		return func(ctx context.Context, call *Call) error {
-			if err := addCredentials(ctx, c, o.tls != nil, call); err != nil {
+			if err := addCredentials(ctx, c, o.transport.TLS != nil, call); err != nil {
 				return err
 			}
 			return next(ctx, call)

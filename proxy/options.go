@@ -32,9 +32,6 @@ type options struct {
 	breaker         BreakerConfig
 	observer        Observer
 	idempotencyKeys bool
-	// tls, when set, makes every connection TLS. WithTLS sets it;
-	// WithCredentials reads it to tell a secure client.
-	tls *tls.Config
 }
 
 type methodKey struct{ service, method string }
