@@ -217,8 +217,8 @@ func (s *Server) enter(to serverState) bool {
 func NewServer(h Handler, cfg ServerConfig) *Server {
 	if h == nil {
 		h = HandlerFunc(func(_ context.Context, _, resp *protocol.Message) {
-			resp.Header.SetStatus(protocol.StatusServiceNotFound)
-			resp.Payload = append(resp.Payload[:0], "transport: no handler"...)
+			resp.SetError(&protocol.Error{Status: protocol.StatusServiceNotFound,
+				Code: protocol.CodeUnimplemented, Msg: "transport: no handler"})
 		})
 	}
 	if cfg.MaxConcurrent <= 0 {

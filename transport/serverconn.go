@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"runtime/debug"
 	"sync"
@@ -441,13 +442,16 @@ func (s *Server) invoke(ctx context.Context, req, resp *protocol.Message) {
 		if v == nil && returned {
 			return
 		}
-		msg := fmt.Sprintf("handler panic: %v", v)
+		// The panic's text stays in the server's log: it may hold what the
+		// caller must not see. The id ties the caller's error to the line.
+		id := fmt.Sprintf("%016x", rand.Uint64())
+		msg := "handler panic (id " + id + ")"
 		if v == nil {
-			msg = "handler exited its goroutine (runtime.Goexit) without returning"
-			s.log.Error("transport: "+msg, "service", req.Service, "method", req.Method)
+			msg = "handler exited its goroutine (runtime.Goexit) without returning (id " + id + ")"
+			s.log.Error("transport: "+msg, "service", req.Service, "method", req.Method, "id", id)
 		} else {
 			s.log.Error("transport: handler panic", "service", req.Service, "method", req.Method,
-				"panic", v, "stack", string(debug.Stack()))
+				"id", id, "panic", v, "stack", string(debug.Stack()))
 		}
 		resp.Reset()
 		resp.Header.SetStatus(protocol.StatusServiceError)

@@ -347,6 +347,7 @@ func TestHandlerPanic(t *testing.T) {
 	ctx := testCtx(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
+	ids := make(chan string, 32)
 	for i := range 32 {
 		wg.Go(func() {
 			want := fmt.Sprint("fine-", i)
@@ -358,8 +359,10 @@ func TestHandlerPanic(t *testing.T) {
 				var pe *protocol.Error
 				if !errors.As(err, &pe) || pe.Status != protocol.StatusServiceError || !pe.Remote {
 					errs <- fmt.Errorf("panicking call: err = %v, want remote status 70", err)
-				} else if !strings.Contains(pe.Msg, "boom") {
-					errs <- fmt.Errorf("panicking call: message %q does not name the panic", pe.Msg)
+				} else if id, ok := panicID(pe.Msg); !ok || strings.Contains(pe.Msg, "boom") {
+					errs <- fmt.Errorf("panicking call: message %q, want \"handler panic (id …)\" without the panic's text", pe.Msg)
+				} else {
+					ids <- id
 				}
 				return
 			}
@@ -378,10 +381,26 @@ func TestHandlerPanic(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+	close(ids)
 	out := logs.String()
 	if !strings.Contains(out, "handler panic") || !strings.Contains(out, "boom") || !strings.Contains(out, "goroutine") {
 		t.Errorf("panic not logged with its stack; log:\n%s", out)
 	}
+	for id := range ids {
+		if !strings.Contains(out, "id="+id) {
+			t.Errorf("the caller's panic id %s is not in the server's log:\n%s", id, out)
+		}
+	}
+}
+
+// panicID returns the id in a "handler panic (id X)" message.
+func panicID(msg string) (string, bool) {
+	rest, ok := strings.CutPrefix(msg, "handler panic (id ")
+	if !ok {
+		return "", false
+	}
+	id, ok := strings.CutSuffix(rest, ")")
+	return id, ok && len(id) == 16
 }
 
 // TestHandlerGoexit: a handler that ends its goroutine (runtime.Goexit, as
