@@ -534,7 +534,10 @@ func TestLargeResponsesGiveUpAtTheirDeadline(t *testing.T) {
 	if _, err := nc.Write(frames); err != nil {
 		t.Fatal(err)
 	}
-	wait.Until(t, 5*time.Second, 5*time.Millisecond, "the responses waiting for the socket to give up", func() bool {
+	// Each response may wait out its own 200 ms in turn (4 s for all 20),
+	// longer under -race on a loaded machine: the bound only has to tell
+	// giving up from waiting forever.
+	wait.Until(t, 30*time.Second, 5*time.Millisecond, "the responses waiting for the socket to give up", func() bool {
 		return handled.Load() == 20 && ts.srv.active.Load() == 0
 	})
 }
