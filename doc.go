@@ -34,6 +34,17 @@
 // an error the handler got from a call of its own: a caller must not take
 // a downstream timeout or overload for one of this server.
 //
+// A local *protocol.Error's Code and Details reach the caller with it,
+// whatever its status ([protocol.NewError]). A handler's panic is answered
+// 70 "handler panic (id …)"; its text and stack go to the server's log
+// under that id. A handler that returns a nil reply and a nil error is
+// answered 70 too.
+//
 // The request's deadline budget is the handler context's deadline. Calls
 // made with that context pass what remains of it on.
+//
+// [WithTLS] serves over TLS; [RemotePeer] tells a handler who called.
+// [WithInterceptor] wraps every call; [RequireToken] and
+// [RequirePeerIdentity] are ready interceptors. docs/security.md has the
+// whole story.
 package dabb
