@@ -48,9 +48,10 @@ func start(tb testing.TB, f frameworks.Framework) frameworks.Client {
 
 // BenchmarkEcho is one call of the workload, client and server in this
 // process: allocs/op and B/op count both sides. Compare with
-// BenchmarkCodecFloor.
+// BenchmarkCodecFloor. The TLS frameworks run too, so that dabbbench finds
+// their counts when -frameworks names them.
 func BenchmarkEcho(b *testing.B) {
-	for _, f := range frameworks.All() {
+	for _, f := range append(frameworks.All(), frameworks.Extra()...) {
 		b.Run(f.Name, func(b *testing.B) {
 			c := start(b, f)
 			ctx := context.Background()
@@ -77,7 +78,7 @@ func BenchmarkEcho(b *testing.B) {
 // to batch. It reports how many goroutines called as its "goroutines"
 // metric, which dabbbench's allocations table names.
 func BenchmarkEchoParallel(b *testing.B) {
-	for _, f := range frameworks.All() {
+	for _, f := range append(frameworks.All(), frameworks.Extra()...) {
 		b.Run(f.Name, func(b *testing.B) {
 			c := start(b, f)
 			ctx := context.Background()

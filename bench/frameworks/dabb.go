@@ -22,8 +22,32 @@ func Dabb() Framework {
 	return Framework{
 		Name:  "dabb",
 		Setup: "dabb (this repo), rpcgen stub, proxy.Client defaults (2 multiplexed conns; requests of 64 KiB or more on a third, one at a time, paced to a quarter of the time while small calls are in flight), protobuf",
-		Serve: serveDabb,
-		Dial:  dialDabb,
+		Serve: func(l net.Listener) (io.Closer, error) { return serveDabb(l) },
+		Dial:  func(addr string) (Client, error) { return dialDabb(addr) },
+	}
+}
+
+// DabbTLS is Dabb over TLS 1.3: dabb.WithTLS on the server, proxy.WithTLS
+// on the client, the run's certificate (see TLSEnv).
+func DabbTLS() Framework {
+	return Framework{
+		Name:  "dabb-tls",
+		Setup: "dabb's setup over TLS 1.3: dabb.WithTLS and proxy.WithTLS, an ECDSA P-256 certificate from a CA made at start, crypto/tls defaults otherwise",
+		TLS:   true,
+		Serve: func(l net.Listener) (io.Closer, error) {
+			cfg, err := serverTLS()
+			if err != nil {
+				return nil, err
+			}
+			return serveDabb(l, dabb.WithTLS(cfg))
+		},
+		Dial: func(addr string) (Client, error) {
+			cfg, err := clientTLS()
+			if err != nil {
+				return nil, err
+			}
+			return dialDabb(addr, proxy.WithTLS(cfg))
+		},
 	}
 }
 
@@ -32,8 +56,8 @@ type dabbServer struct {
 	done chan error
 }
 
-func serveDabb(l net.Listener) (io.Closer, error) {
-	srv := dabb.NewServer(dabb.WithLogger(quietLogger()))
+func serveDabb(l net.Listener, opts ...dabb.Option) (io.Closer, error) {
+	srv := dabb.NewServer(append([]dabb.Option{dabb.WithLogger(quietLogger())}, opts...)...)
 	if err := echo.RegisterEchoServer(srv, echo.Server{}); err != nil {
 		return nil, fmt.Errorf("frameworks: dabb: %w", err)
 	}
@@ -55,8 +79,8 @@ type dabbClient struct {
 	stub echo.Echo
 }
 
-func dialDabb(addr string) (Client, error) {
-	c, err := proxy.NewClient(static.New(registry.Instance{Addr: addr}), proxy.WithLogger(quietLogger()))
+func dialDabb(addr string, opts ...proxy.Option) (Client, error) {
+	c, err := proxy.NewClient(static.New(registry.Instance{Addr: addr}), append([]proxy.Option{proxy.WithLogger(quietLogger())}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,11 @@
 //	c, err := f.Dial(addr)        // in the client process, shared by every caller
 //	defer c.Close()
 //	reply, err := c.Echo(ctx, benchpb.NewMessage(0))
+//
+// All is what a run takes by default. Extra adds dabb and gRPC over TLS
+// 1.3, which a run takes only when named. Their client trusts a CA made
+// at the process's start; a server in another process gets the same
+// certificates through TLSEnviron.
 package frameworks
 
 import (
@@ -41,6 +46,10 @@ type Framework struct {
 	// counts write system calls, counts write and writev but not sendmsg,
 	// so the framework's writes would read 0.
 	UncountedWrites bool
+	// TLS is set for a framework that speaks TLS with the run's
+	// certificate: its server process needs TLSEnviron in its
+	// environment.
+	TLS bool
 	// AdapterAllocs, if set, says what this package's adapter allocates
 	// on top of the framework's own work, which the in-process allocation
 	// counts include; it completes "<name>'s row includes ...".
@@ -55,26 +64,37 @@ type Client interface {
 	Close() error
 }
 
-// All lists the frameworks in table order.
+// All lists the frameworks a run takes by default, in table order.
 func All() []Framework {
 	return []Framework{Dabb(), GRPC(), RPCX(), NetRPC(), Kitex(), Raw()}
 }
 
+// Extra lists the frameworks a run takes only when named: dabb and gRPC
+// over TLS.
+func Extra() []Framework {
+	return []Framework{DabbTLS(), GRPCTLS()}
+}
+
 // Names returns the names of All, comma-separated.
-func Names() string {
+func Names() string { return names(All()) }
+
+// ExtraNames returns the names of Extra, comma-separated.
+func ExtraNames() string { return names(Extra()) }
+
+func names(fs []Framework) string {
 	var names []string
-	for _, f := range All() {
+	for _, f := range fs {
 		names = append(names, f.Name)
 	}
 	return strings.Join(names, ",")
 }
 
-// Lookup returns the framework called name.
+// Lookup returns the framework of All or Extra called name.
 func Lookup(name string) (Framework, error) {
-	for _, f := range All() {
+	for _, f := range append(All(), Extra()...) {
 		if f.Name == name {
 			return f, nil
 		}
 	}
-	return Framework{}, fmt.Errorf("%w %q (have %s)", ErrUnknown, name, Names())
+	return Framework{}, fmt.Errorf("%w %q (have %s,%s)", ErrUnknown, name, Names(), ExtraNames())
 }

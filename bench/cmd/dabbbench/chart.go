@@ -82,16 +82,23 @@ func writeSVG(w io.Writer, res *results) error {
 	return err
 }
 
+// color returns the line color of framework name: a TLS variant's is
+// its plaintext framework's.
 func color(name string) string {
-	if c, ok := colors[name]; ok {
+	if c, ok := colors[strings.TrimSuffix(name, "-tls")]; ok {
 		return c
 	}
 	return "#8c564b"
 }
 
+// dash returns the stroke pattern of framework name's line: dashed for
+// raw, dotted for a TLS variant, solid for the rest.
 func dash(name string) string {
-	if name == "raw" {
+	switch {
+	case name == "raw":
 		return ` stroke-dasharray="6 4"`
+	case strings.HasSuffix(name, "-tls"):
+		return ` stroke-dasharray="2 3"`
 	}
 	return ""
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dabbrpc/dabb/bench/frameworks"
 )
 
 // roleEnv marks the server process, so that a test binary standing in for
@@ -30,10 +32,11 @@ type child struct {
 	drainOnce sync.Once
 }
 
-// startChild starts this program as the server of framework name and
-// waits for its address. With profile set, the server writes its CPU
-// profile there.
-func startChild(name, profile string, log io.Writer) (*child, error) {
+// startChild starts this program as the server of framework f and waits
+// for its address. With profile set, the server writes its CPU profile
+// there. A TLS framework's server gets this process's certificates.
+func startChild(f frameworks.Framework, profile string, log io.Writer) (*child, error) {
+	name := f.Name
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("dabbbench: find own executable: %w", err)
@@ -44,6 +47,13 @@ func startChild(name, profile string, log io.Writer) (*child, error) {
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), roleEnv+"=server")
+	if f.TLS {
+		env, err := frameworks.TLSEnviron()
+		if err != nil {
+			return nil, fmt.Errorf("dabbbench: %s server: %w", name, err)
+		}
+		cmd.Env = append(cmd.Env, env)
+	}
 	cmd.Stderr = log
 	in, err := cmd.StdinPipe()
 	if err != nil {

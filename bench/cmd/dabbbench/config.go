@@ -39,7 +39,7 @@ var payloads = map[string]int{"small": 0, "16k": 16 << 10, "1m": 1 << 20}
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("dabbbench", flag.ContinueOnError)
-	names := fs.String("frameworks", frameworks.Names(), "comma-separated frameworks to run")
+	names := fs.String("frameworks", frameworks.Names(), "comma-separated frameworks to run; "+frameworks.ExtraNames()+" (over TLS 1.3) run only when named")
 	conc := fs.String("c", "1,16,128,1024", "comma-separated concurrency levels (goroutines sharing one client)")
 	duration := fs.Duration("duration", 4*time.Second, "measured window per point")
 	warmup := fs.Duration("warmup", time.Second, "warm-up before each window of the first round (half of it, at least 250ms, in later rounds)")

@@ -5,6 +5,10 @@
 //	cd bench && go run ./cmd/dabbbench                   # every framework, c = 1,16,128,1024
 //	go run ./cmd/dabbbench -frameworks dabb,grpc -c 1,128 -duration 3s
 //	go run ./cmd/dabbbench -payload 16k -mix=false
+//	go run ./cmd/dabbbench -frameworks dabb,grpc,dabb-tls,grpc-tls -c 1,128
+//
+// The TLS frameworks, dabb-tls and grpc-tls, run only when named. Their
+// server processes get the run's certificates in DABBBENCH_TLS.
 //
 // Each framework's server runs in a separate process (this program with
 // -server), so the CPU time of each side is its own getrusage. The client

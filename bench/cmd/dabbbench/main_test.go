@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,6 +90,35 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunTLS runs the TLS frameworks beside their plaintext selves, one
+// short window each, with server processes: the servers take the run's
+// certificates from the environment, every call passes the reply check,
+// and the table has their rows and the TLS section.
+func TestRunTLS(t *testing.T) {
+	out := t.TempDir()
+	cfg, err := parseFlags([]string{"-frameworks", "dabb,grpc,dabb-tls,grpc-tls", "-c", "1", "-duration", "100ms", "-warmup", "50ms",
+		"-rounds", "1", "-mix=false", "-allocs=false", "-out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run(cfg, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	md, err := os.ReadFile(filepath.Join(out, "bench.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkText(t, string(md), []string{"| dabb-tls | 1 |", "| grpc-tls | 1 |", "\nOver TLS 1.3 (this run;", "| c=1 | ",
+		"- dabb-tls: dabb's setup over TLS 1.3"}, []string{"Errors:"})
+	calls, errs := slices.Index(csvHeader, "calls"), slices.Index(csvHeader, "errors")
+	for _, r := range readCSV(t, filepath.Join(out, "bench.csv"))[1:] {
+		if r[calls] == "0" || r[errs] != "0" {
+			t.Errorf("point %v: %s calls, %s errors; want calls and no errors", r[:4], r[calls], r[errs])
+		}
+	}
+}
+
 func TestParseFlags(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -97,6 +127,7 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{"defaults", nil, true},
 		{"subset", []string{"-frameworks", "dabb,raw", "-c", "1,2"}, true},
+		{"TLS frameworks", []string{"-frameworks", "dabb,grpc,dabb-tls,grpc-tls", "-c", "1,128"}, true},
 		{"no allocations", []string{"-allocs=false"}, true},
 		{"unknown framework", []string{"-frameworks", "dabb,thrift"}, false},
 		{"bad concurrency", []string{"-c", "1,x"}, false},

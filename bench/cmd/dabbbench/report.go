@@ -259,6 +259,7 @@ func writeMarkdown(w io.Writer, res *results, chart string) {
 	}
 	writeAllocs(w, res, path.Join(path.Dir(chart), inprocFile))
 	writeTargets(w, res)
+	writeTLS(w, res)
 	var errs []string
 	for _, p := range res.medians() {
 		if n, first, r := res.roundErrors(p); first != "" {

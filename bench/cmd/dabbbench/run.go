@@ -218,7 +218,7 @@ func startEntrant(f frameworks.Framework, cfg config, log io.Writer) (*entrant, 
 	if cfg.profile != "" {
 		srvProfile = filepath.Join(cfg.profile, f.Name+"-server.pprof")
 	}
-	ch, err := startChild(f.Name, srvProfile, log)
+	ch, err := startChild(f, srvProfile, log)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dabbrpc/dabb/bench/frameworks"
 	benchpb "github.com/dabbrpc/dabb/bench/proto"
 )
 
@@ -105,7 +106,7 @@ func (*standIn) Close() error { return nil }
 // lost reply would hold the wait for the callers, fails with errStalled
 // instead of hanging; failed warm-up calls are counted.
 func TestMeasureStalls(t *testing.T) {
-	ch, err := startChild("raw", "", io.Discard)
+	ch, err := startChild(frameworks.Raw(), "", io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
