@@ -2,13 +2,16 @@ package dabb_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dabbrpc/dabb"
+	"github.com/dabbrpc/dabb/internal/tlstest"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
 )
@@ -183,4 +186,98 @@ func TestRequireTokenRejectionsSpareTheInstance(t *testing.T) {
 	if n := p.ran.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want once", n)
 	}
+}
+
+// TestRequireTokenWithCredentialsOverTLS: a client's BearerToken reaches
+// RequireToken over TLS. Both rotating tokens are admitted, a third is
+// refused with ErrUnauthenticated, and a hundred refusals leave the
+// instance's breaker closed: the next good call succeeds at once. Over
+// plaintext the client refuses to send the token, unless its credentials
+// allow it.
+func TestRequireTokenWithCredentialsOverTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "dabb test CA")
+	serverCert := ca.Issue(t, tlstest.Spec{CommonName: "server", IPs: tlstest.Loopback})
+	var served atomic.Int64 // attempts that reached a server
+	count := func(ctx context.Context, info *dabb.CallInfo, next dabb.CallHandler) (any, error) {
+		served.Add(1)
+		return next(ctx)
+	}
+	p := newProbe()
+	check := dabb.WithInterceptor(count, dabb.RequireToken("t1", "t2"))
+	_, tlsAddr := startServer(t, p, check, dabb.WithTLS(&tls.Config{Certificates: []tls.Certificate{serverCert}}))
+	_, plainAddr := startServer(t, p, check)
+
+	var token atomic.Value
+	var asked atomic.Int64
+	source := proxy.BearerToken(func(context.Context) (string, error) {
+		asked.Add(1)
+		return token.Load().(string), nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	t.Run("TLS", func(t *testing.T) {
+		served.Store(0)
+		p.ran.Store(0)
+		obs := &attempts{}
+		c := newClientWith(t, []proxy.Option{proxy.WithObserver(obs), proxy.WithCredentials(source),
+			proxy.WithTLS(&tls.Config{RootCAs: ca.Pool()})}, tlsAddr)
+		for _, tok := range []string{"t1", "t2"} {
+			token.Store(tok)
+			if _, err := call(ctx, c, "echo"); err != nil {
+				t.Fatalf("token %s: %v, want admitted", tok, err)
+			}
+		}
+		token.Store("t3")
+		for i := range 100 {
+			_, err := call(ctx, c, "echo", proxy.Idempotent())
+			if !errors.Is(err, proxy.ErrUnauthenticated) || !strings.Contains(err.Error(), "invalid bearer token") {
+				t.Fatalf("token t3, call %d: %v, want one matching proxy.ErrUnauthenticated", i, err)
+			}
+		}
+		if st := c.BreakerState(tlsAddr); st != "closed" {
+			t.Fatalf("the breaker is %s after 100 refusals, want closed", st)
+		}
+		token.Store("t1")
+		before := obs.attempted.Load()
+		if _, err := call(ctx, c, "echo"); err != nil {
+			t.Fatalf("token t1 after 100 refusals: %v", err)
+		}
+		if a := obs.attempted.Load() - before; a != 1 {
+			t.Errorf("the good call after the refusals took %d attempts, want 1", a)
+		}
+		if s, r, b := served.Load(), obs.retried.Load(), obs.breakerChanged.Load(); s != 103 || r != 0 || b != 0 {
+			t.Errorf("103 calls: the server saw %d attempts, the client retried %d and changed a breaker %d times; want 103, 0, 0", s, r, b)
+		}
+		if n := p.ran.Load(); n != 3 {
+			t.Errorf("the handler ran %d times, want 3: the admitted calls only", n)
+		}
+	})
+	t.Run("plaintext refused", func(t *testing.T) {
+		served.Store(0)
+		asked.Store(0)
+		token.Store("t1")
+		c := newClientWith(t, []proxy.Option{proxy.WithCredentials(source)}, plainAddr)
+		_, err := call(ctx, c, "echo")
+		if !errors.Is(err, proxy.ErrNotSent) || !errors.Is(err, proxy.ErrInsecureCredentials) {
+			t.Fatalf("%v, want one matching proxy.ErrNotSent and proxy.ErrInsecureCredentials", err)
+		}
+		if pe := statusOf(t, err); pe.Remote || !strings.Contains(err.Error(), "require TLS") {
+			t.Errorf("%#v, want a local error saying the credentials require TLS", pe)
+		}
+		if s, a := served.Load(), asked.Load(); s != 0 || a != 0 {
+			t.Errorf("the server saw %d attempts and the token source was asked %d times; want 0 and 0", s, a)
+		}
+	})
+	t.Run("plaintext allowed", func(t *testing.T) {
+		served.Store(0)
+		token.Store("t2")
+		c := newClientWith(t, []proxy.Option{proxy.WithCredentials(plaintextOK{source})}, plainAddr)
+		if _, err := call(ctx, c, "echo"); err != nil {
+			t.Fatalf("credentials that allow plaintext: %v, want admitted", err)
+		}
+		if s := served.Load(); s != 1 {
+			t.Errorf("the server saw %d attempts, want 1", s)
+		}
+	})
 }

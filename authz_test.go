@@ -6,11 +6,13 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/internal/tlstest"
 	"github.com/dabbrpc/dabb/protocol"
+	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/transport"
 )
 
@@ -125,4 +127,95 @@ func TestRequirePeerIdentity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRequirePeerIdentityOverMTLS: over real mTLS handshakes, a client
+// whose certificate names the allowed SAN calls. Another client of the
+// same CA is refused with ErrPermissionDenied before the handler runs.
+// The refusal is one attempt, though the method is called idempotent,
+// retries are on and a second instance could take a retry.
+func TestRequirePeerIdentityOverMTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "dabb test CA")
+	serverCert := ca.Issue(t, tlstest.Spec{CommonName: "server", IPs: tlstest.Loopback})
+	payments := ca.Issue(t, tlstest.Spec{CommonName: "payments", Client: true, DNSNames: []string{"payments.internal"}})
+	ledger := ca.Issue(t, tlstest.Spec{CommonName: "ledger", Client: true, DNSNames: []string{"ledger.internal"}})
+
+	// served counts, outside the identity check, every call a server
+	// sees: the attempts that reached it.
+	var served atomic.Int64
+	count := func(ctx context.Context, info *dabb.CallInfo, next dabb.CallHandler) (any, error) {
+		served.Add(1)
+		return next(ctx)
+	}
+	p := newProbe()
+	var addrs []string
+	for _, auth := range []tls.ClientAuthType{tls.RequireAndVerifyClientCert, tls.VerifyClientCertIfGiven} {
+		_, addr := startServer(t, p,
+			dabb.WithTLS(&tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool(), ClientAuth: auth}),
+			dabb.WithInterceptor(count, dabb.RequirePeerIdentity(dabb.Identities{DNSNames: []string{"payments.internal"}})))
+		addrs = append(addrs, addr)
+	}
+	client := func(t *testing.T, obs proxy.Observer, addrs []string, certs ...tls.Certificate) *proxy.Client {
+		return newClientWith(t, []proxy.Option{proxy.WithObserver(obs), proxy.WithBalancer("round_robin"),
+			proxy.WithRetry(proxy.RetryPolicy{MaxAttempts: 3}),
+			proxy.WithTLS(&tls.Config{RootCAs: ca.Pool(), Certificates: certs})}, addrs...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	t.Run("allowed SAN", func(t *testing.T) {
+		served.Store(0)
+		p.ran.Store(0)
+		c := client(t, &attempts{}, addrs, payments)
+		for range 2 { // round robin: one call to each server
+			if _, err := call(ctx, c, "echo", proxy.Idempotent()); err != nil {
+				t.Fatalf("payments.internal: %v, want admitted", err)
+			}
+		}
+		if n, s := p.ran.Load(), served.Load(); n != 2 || s != 2 {
+			t.Errorf("the handler ran %d times, the servers saw %d calls; want 2 and 2", n, s)
+		}
+	})
+	t.Run("another SAN of the same CA", func(t *testing.T) {
+		served.Store(0)
+		p.ran.Store(0)
+		obs := &attempts{}
+		c := client(t, obs, addrs, ledger)
+		for i := range 2 {
+			_, err := call(ctx, c, "echo", proxy.Idempotent())
+			if !errors.Is(err, proxy.ErrPermissionDenied) || errors.Is(err, proxy.ErrUnauthenticated) {
+				t.Fatalf("call %d: %v, want one matching proxy.ErrPermissionDenied alone", i, err)
+			}
+			if pe := statusOf(t, err); !pe.Remote || pe.Status != protocol.StatusBadRequest ||
+				!strings.Contains(pe.Msg, "CN=ledger may not call test.Probe.Do") {
+				t.Fatalf("call %d: %#v, want the server's status 40 naming the certificate and the method", i, pe)
+			}
+		}
+		if n := p.ran.Load(); n != 0 {
+			t.Errorf("the handler ran %d times for refused calls, want 0", n)
+		}
+		if s, a, r := served.Load(), obs.attempted.Load(), obs.retried.Load(); s != 2 || a != 2 || r != 0 {
+			t.Errorf("2 refused calls: the servers saw %d attempts, the client made %d and retried %d; want 2, 2, 0", s, a, r)
+		}
+		for _, addr := range addrs {
+			if st := c.BreakerState(addr); st != "closed" {
+				t.Errorf("the breaker of %s is %s after refusals, want closed", addr, st)
+			}
+		}
+	})
+	// A server that verifies a certificate only if given admits a TLS
+	// client without one to the handshake; the check refuses it.
+	t.Run("no client certificate", func(t *testing.T) {
+		served.Store(0)
+		p.ran.Store(0)
+		obs := &attempts{}
+		c := client(t, obs, addrs[1:])
+		_, err := call(ctx, c, "echo", proxy.Idempotent())
+		if !errors.Is(err, proxy.ErrUnauthenticated) || !strings.Contains(err.Error(), "requires a verified client certificate") {
+			t.Fatalf("%v, want one matching proxy.ErrUnauthenticated that asks for a client certificate", err)
+		}
+		if n, s, a := p.ran.Load(), served.Load(), obs.attempted.Load(); n != 0 || s != 1 || a != 1 {
+			t.Errorf("the handler ran %d times over %d attempts served (%d made); want 0 over 1 (1)", n, s, a)
+		}
+	})
 }

@@ -2,8 +2,12 @@ package dabb_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"log"
 	"net"
+	"os"
 	"time"
 
 	"github.com/dabbrpc/dabb"
@@ -68,4 +72,68 @@ func Example() {
 	// remaining: 7
 	// duplicate: true
 	// stock: 7
+}
+
+// mTLS with a token, as the README's "Secure it" shows: the server admits
+// only the payments service's certificate, carrying a valid token. The
+// PEM files are made by the README's openssl commands; this example is
+// compiled, not run.
+func Example_secure() {
+	ctx := context.Background()
+	reg := static.New() // zk:// or etcd:// in production
+	defer reg.Close()
+	store := inventory.NewStore(map[string]int64{"sku-42": 10})
+
+	ca, err := os.ReadFile("ca.pem")
+	if err != nil {
+		log.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	token := func(context.Context) (string, error) { return os.Getenv("INVENTORY_TOKEN"), nil }
+
+	// The server: mTLS, and only payments.internal with the token may call.
+	serverCert, err := tls.LoadX509KeyPair("server.pem", "server-key.pem")
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := dabb.NewServer(dabb.WithRegistry(reg),
+		dabb.WithTLS(&tls.Config{
+			Certificates: []tls.Certificate{serverCert},
+			ClientCAs:    pool,
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+		}),
+		dabb.WithInterceptor(
+			dabb.RequirePeerIdentity(dabb.Identities{DNSNames: []string{"payments.internal"}}),
+			dabb.RequireToken(os.Getenv("INVENTORY_TOKEN")),
+		))
+	if err := inventory.RegisterInventoryServer(s, store); err != nil {
+		log.Fatal(err)
+	}
+	go s.ListenAndServe("127.0.0.1:20880")
+	defer s.Shutdown(ctx)
+
+	// The client: the payments service's certificate, and the token.
+	clientCert, err := tls.LoadX509KeyPair("client.pem", "client-key.pem")
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := proxy.NewClient(reg,
+		proxy.WithTLS(&tls.Config{Certificates: []tls.Certificate{clientCert}, RootCAs: pool}),
+		proxy.WithCredentials(proxy.BearerToken(token)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	for { // until the server has published itself
+		if ins, _ := c.Instances(ctx, inventory.InventoryServiceName); len(ins) > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	stock, err := inventory.NewInventoryClient(c).Stock(ctx, &pb.StockRequest{Sku: "sku-42"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("stock:", stock.GetCount())
 }
