@@ -11,6 +11,7 @@ import (
 	"github.com/dabbrpc/dabb/balancer"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/registry"
+	"github.com/dabbrpc/dabb/transport"
 )
 
 // maxTried bounds the addresses a call remembers to avoid on retries.
@@ -57,6 +58,11 @@ func (a *attempts) record(addr string, num int, err error) {
 	if a.sent && !sent {
 		// A sent attempt outranks an unsent one: once an attempt may
 		// have reached a server, the call must not say ErrNotSent.
+		return
+	}
+	if a.err != nil && addr == a.addr && errors.Is(err, transport.ErrDialBackoff) {
+		// The refusal only repeats the failure of the dial already
+		// recorded for addr (a handshake's cause, say): keep that one.
 		return
 	}
 	a.err, a.addr, a.num, a.sent = err, addr, num, sent

@@ -13,6 +13,7 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/registry"
 	"github.com/dabbrpc/dabb/registry/static"
+	"github.com/dabbrpc/dabb/transport"
 )
 
 // retriesCounted sums the retries the budget holds in its window.
@@ -103,6 +104,32 @@ func TestAttemptsResult(t *testing.T) {
 				t.Errorf("tried() holds %d addresses after %d attempts", n, len(tt.errs))
 			}
 		})
+	}
+}
+
+// TestAttemptsKeepTheDialFailure: a retry on the only instance, refused
+// because the dial there failed moments ago, does not replace that dial's
+// failure (a TLS handshake's cause, say) with "not dialing again yet".
+func TestAttemptsKeepTheDialFailure(t *testing.T) {
+	const addr = "10.0.0.1:20880"
+	dial := protocol.NotSent(protocol.StatusChannelInactive, "TLS handshake with "+addr+" failed: unknown authority", nil)
+	backoff := protocol.NotSent(protocol.StatusChannelInactive, "not dialing "+addr+" again yet",
+		fmt.Errorf("%w: %w", transport.ErrDialBackoff, dial))
+	call := &Call{}
+	a := attempts{c: &Client{}, call: call}
+	a.record(addr, a.start(addr), dial)
+	a.record(addr, a.start(addr), backoff)
+	if got := a.result(); got != dial {
+		t.Errorf("result() = %v, want the dial's failure %v", got, dial)
+	}
+	if call.Attempt != 1 {
+		t.Errorf("the Call names attempt %d, want 1, the dial's", call.Attempt)
+	}
+	other := attempts{c: &Client{}, call: &Call{}}
+	other.record(addr, other.start(addr), dial)
+	other.record("10.0.0.2:20880", other.start("10.0.0.2:20880"), backoff)
+	if got := other.result(); got != backoff {
+		t.Errorf("a refusal on another address: result() = %v, want it", got)
 	}
 }
 

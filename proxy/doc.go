@@ -29,5 +29,11 @@
 // status and whether the server sent it. The Err* variables match classes
 // of them with errors.Is. An error a middleware makes of its own becomes
 // the cause of a local 90 (31 at a deadline); errors.Is and errors.As
-// still reach it.
+// still reach it. A server's error may carry a Code and Details too;
+// ErrUnauthenticated and ErrPermissionDenied match the two refusals,
+// which are never retried.
+//
+// WithTLS dials every connection over TLS; WithCredentials adds per-call
+// credentials such as BearerToken, refused over plaintext unless they
+// allow it. docs/security.md has the whole story.
 package proxy

@@ -1,3 +1,5 @@
+// Store, the inventory service's implementation: stock per sku, and deductions once per request id.
+
 package inventory
 
 import (
