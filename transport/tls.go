@@ -167,6 +167,11 @@ func (sc *serverConn) handshake(tc *tls.Conn) bool {
 		return true
 	}
 	raw := tc.NetConn()
+	if s.base.Err() != nil {
+		// Close cut the handshake short: no fault of the peer's to log.
+		_ = raw.Close()
+		return false
+	}
 	var rh tls.RecordHeaderError
 	if errors.As(err, &rh) && rh.Conn != nil && dabbFrame(rh.RecordHeader[:]) {
 		// The client reads this record where a frame's magic should be.
