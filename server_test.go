@@ -141,8 +141,15 @@ var probeDesc = dabb.ServiceDesc{
 // startServer serves a probe on a loopback port and returns its address.
 func startServer(t testing.TB, p *probe, opts ...dabb.Option) (*dabb.Server, string) {
 	t.Helper()
+	return serveImpl(t, p, opts...)
+}
+
+// serveImpl serves impl under the probe's service on a loopback port. The
+// server is closed when the test ends.
+func serveImpl(t testing.TB, impl any, opts ...dabb.Option) (*dabb.Server, string) {
+	t.Helper()
 	s := dabb.NewServer(append([]dabb.Option{dabb.WithLogger(quiet)}, opts...)...)
-	if err := s.RegisterService(&probeDesc, p); err != nil {
+	if err := s.RegisterService(&probeDesc, impl); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -382,21 +389,8 @@ func (f *failer) Do(context.Context, *pb.StockRequest) (*pb.StockReply, error) {
 // startFailer serves a failer under the probe's service name.
 func startFailer(t *testing.T, f *failer) string {
 	t.Helper()
-	s := dabb.NewServer(dabb.WithLogger(quiet))
-	if err := s.RegisterService(&probeDesc, f); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
-	t.Cleanup(func() {
-		s.Close()
-		<-done
-	})
-	return l.Addr().String()
+	_, addr := serveImpl(t, f)
+	return addr
 }
 
 // TestHandlerErrorCodes: a handler's code and details reach the caller,

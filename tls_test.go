@@ -25,29 +25,6 @@ import (
 	"github.com/dabbrpc/dabb/transport"
 )
 
-// serveOn serves p on a new loopback listener with opts and returns the
-// listener's address. The server is closed when the test ends.
-func serveOn(t *testing.T, p *probe, opts ...dabb.Option) (*dabb.Server, string) {
-	t.Helper()
-	s := dabb.NewServer(append([]dabb.Option{dabb.WithLogger(quiet)}, opts...)...)
-	if err := s.RegisterService(&probeDesc, p); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
-	t.Cleanup(func() {
-		s.Close()
-		if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
-			t.Errorf("Serve returned %v, want ErrServerClosed", err)
-		}
-	})
-	return s, l.Addr().String()
-}
-
 // forceCert makes cfg present cert whatever authorities the server asks
 // for; given in Certificates, a certificate of another authority is not
 // sent at all.
@@ -75,10 +52,10 @@ func TestMTLSThroughEtcd(t *testing.T) {
 			subject.Store(peer.TLS.VerifiedChains[0][0].Subject.String())
 		}
 	}
-	serveOn(t, p, dabb.WithRegistry(openRegistry(t, tlsURL)), dabb.WithTLS(&tls.Config{
+	startServer(t, p, dabb.WithRegistry(openRegistry(t, tlsURL)), dabb.WithTLS(&tls.Config{
 		Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert,
 	}))
-	serveOn(t, newProbe(), dabb.WithRegistry(openRegistry(t, plainURL)))
+	startServer(t, newProbe(), dabb.WithRegistry(openRegistry(t, plainURL)))
 
 	const dialTimeout = 2 * time.Second
 	trusting := func(certs ...tls.Certificate) *tls.Config {
@@ -266,7 +243,7 @@ func TestPlaintextServerLogsTLSClientOnce(t *testing.T) {
 		defer mu.Unlock()
 		return logs.Write(b)
 	}), nil))
-	_, addr := serveOn(t, newProbe(), dabb.WithLogger(logger))
+	_, addr := startServer(t, newProbe(), dabb.WithLogger(logger))
 	ca := tlstest.NewCA(t, "dabb test CA")
 	for i := range 3 {
 		c := newClientWith(t, []proxy.Option{proxy.WithTLS(&tls.Config{RootCAs: ca.Pool()}),
