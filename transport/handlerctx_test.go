@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -308,24 +309,7 @@ func TestHandlerCtxAllocs(t *testing.T) {
 		t.Run("served call, "+b.name, func(t *testing.T) {
 			req := &protocol.Message{Service: "test.Echo", Method: "Echo", Payload: make([]byte, 64), Timeout: b.budget}
 			req.Header.SetFlags(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, 22))
-			var frame []byte
-			var resp protocol.Message
-			call := func() {
-				req.Header.SetID(req.Header.ID() + 1)
-				frame = protocol.AppendMessage(frame[:0], req)
-				_ = c.SetDeadline(time.Now().Add(defaultTestTimeout))
-				if _, err := c.Write(frame); err != nil {
-					t.Fatalf("write: %v", err)
-				}
-				for {
-					if err := rd.Read(&resp); err != nil {
-						t.Fatalf("read: %v", err)
-					}
-					if !resp.Header.Flags().IsEvent() {
-						return
-					}
-				}
-			}
+			call, _ := rawRoundTrip(t, c, rd, req)
 			for range 100 { // warm the pools and the workers
 				call()
 			}
@@ -338,4 +322,27 @@ func TestHandlerCtxAllocs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rawRoundTrip returns a func that sends req on c under a new id and reads
+// rd until its response, skipping events, and the response it fills.
+func rawRoundTrip(t *testing.T, c net.Conn, rd *protocol.Reader, req *protocol.Message) (func(), *protocol.Message) {
+	var frame []byte
+	resp := new(protocol.Message)
+	return func() {
+		req.Header.SetID(req.Header.ID() + 1)
+		frame = protocol.AppendMessage(frame[:0], req)
+		_ = c.SetDeadline(time.Now().Add(defaultTestTimeout))
+		if _, err := c.Write(frame); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		for {
+			if err := rd.Read(resp); err != nil {
+				t.Fatalf("read: %v", err)
+			}
+			if !resp.Header.Flags().IsEvent() {
+				return
+			}
+		}
+	}, resp
 }

@@ -71,23 +71,9 @@ func TestRemotePeerAllocs(t *testing.T) {
 	rd := protocol.NewReader(bufioReader(c), protocol.DefaultMaxBody)
 	req := &protocol.Message{Service: "test.Echo", Method: "Echo", Payload: make([]byte, 64)}
 	req.Header.SetFlags(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, 22))
-	var frame []byte
-	var resp protocol.Message
+	roundTrip, resp := rawRoundTrip(t, c, rd, req)
 	call := func() {
-		req.Header.SetID(req.Header.ID() + 1)
-		frame = protocol.AppendMessage(frame[:0], req)
-		_ = c.SetDeadline(time.Now().Add(defaultTestTimeout))
-		if _, err := c.Write(frame); err != nil {
-			t.Fatalf("write: %v", err)
-		}
-		for {
-			if err := rd.Read(&resp); err != nil {
-				t.Fatalf("read: %v", err)
-			}
-			if !resp.Header.Flags().IsEvent() {
-				break
-			}
-		}
+		roundTrip()
 		if s := resp.Header.Status(); s != protocol.StatusOK {
 			t.Fatalf("status %v: the handler found no plaintext peer", s)
 		}
