@@ -52,6 +52,9 @@ type Server struct {
 	peerPort   int
 	proc       proctest.Process
 	log        atomic.Pointer[proctest.Tail] // the output of the latest start
+	// cluster and token, when set, make the server a member of a
+	// cluster (StartCluster): its --initial-cluster and its token.
+	cluster, token string
 }
 
 // Start starts a server on free ports in a new temporary data directory,
@@ -207,6 +210,10 @@ func (s *Server) Log() string {
 func (s *Server) start() error {
 	client := "http://127.0.0.1:" + strconv.Itoa(s.clientPort)
 	peer := "http://127.0.0.1:" + strconv.Itoa(s.peerPort)
+	cluster, token := s.name+"="+peer, s.name
+	if s.cluster != "" {
+		cluster, token = s.cluster, s.token
+	}
 	cmd := exec.Command(s.bin,
 		"--name="+s.name,
 		"--data-dir="+s.dir,
@@ -214,9 +221,9 @@ func (s *Server) start() error {
 		"--advertise-client-urls="+client,
 		"--listen-peer-urls="+peer,
 		"--initial-advertise-peer-urls="+peer,
-		"--initial-cluster="+s.name+"="+peer,
+		"--initial-cluster="+cluster,
 		"--initial-cluster-state=new",
-		"--initial-cluster-token="+s.name,
+		"--initial-cluster-token="+token,
 		"--heartbeat-interval=50",
 		"--election-timeout=500",
 		"--logger=zap",
