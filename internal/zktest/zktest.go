@@ -25,6 +25,7 @@ package zktest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,6 +66,7 @@ type Server struct {
 	dir       string // holds zoo.cfg, data/ and server.log
 	port      int
 	proc      proctest.Process
+	main      string // the server's main class; empty: ZooKeeperServerMain
 }
 
 // Start starts a server on a free port in a new temporary directory, waits
@@ -147,18 +149,22 @@ func lookup() (java, classpath string, err error) {
 }
 
 func newServer(java, classpath string) (*Server, error) {
+	ports, err := proctest.FreePorts(1, 2181) // never ZooKeeper's default
+	if err != nil {
+		return nil, err
+	}
+	return newConfigured(java, classpath, ports[0], nil)
+}
+
+// newConfigured makes a server for port whose zoo.cfg has extra lines
+// after the common ones.
+func newConfigured(java, classpath string, port int, extra []string) (*Server, error) {
 	dir, err := os.MkdirTemp("", "zktest-")
 	if err != nil {
 		return nil, err
 	}
-	ports, err := proctest.FreePorts(1, 2181) // never ZooKeeper's default
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	port := ports[0]
 	s := &Server{java: java, classpath: classpath, dir: dir, port: port}
-	cfg := strings.Join([]string{
+	cfg := strings.Join(append([]string{
 		"tickTime=" + strconv.Itoa(int(TickTime/time.Millisecond)),
 		"minSessionTimeout=" + strconv.Itoa(int(2*TickTime/time.Millisecond)),
 		"maxSessionTimeout=60000",
@@ -171,8 +177,7 @@ func newServer(java, classpath string) (*Server, error) {
 		"forceSync=no",
 		"admin.enableServer=false",
 		"4lw.commands.whitelist=ruok,stat,srvr",
-		"",
-	}, "\n")
+	}, append(extra, "")...), "\n")
 	if err := os.WriteFile(s.configPath(), []byte(cfg), 0o644); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -270,7 +275,7 @@ func (s *Server) start() error {
 		"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 		"-Dorg.slf4j.simpleLogger.showDateTime=true",
 		"-cp", s.classpath,
-		"org.apache.zookeeper.server.ZooKeeperServerMain", s.configPath())
+		cmp.Or(s.main, "org.apache.zookeeper.server.ZooKeeperServerMain"), s.configPath())
 	cmd.Dir = s.dir
 	// An *os.File, not a buffer: exec starts no copying goroutines.
 	cmd.Stdout, cmd.Stderr = logf, logf
