@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"path"
 	"slices"
@@ -23,8 +24,21 @@ var ErrUnknownScheme = errors.New("registry: unknown scheme")
 
 // OpenFunc opens a backend from a parsed URL. The URL's host holds the
 // comma-separated server addresses, its path the root prefix (see
-// [PrefixOf] and [HostsOf]).
-type OpenFunc func(ctx context.Context, u *url.URL) (Registry, error)
+// [PrefixOf] and [HostsOf]). cfg holds what Open's options set.
+type OpenFunc func(ctx context.Context, u *url.URL, cfg OpenConfig) (Registry, error)
+
+// OpenConfig is what Open gives a backend besides the URL.
+type OpenConfig struct {
+	// Logger receives the backend's events: sessions, leases, watches.
+	// Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// OpenOption configures Open.
+type OpenOption func(*OpenConfig)
+
+// WithLogger makes the backend log through l. Default slog.Default().
+func WithLogger(l *slog.Logger) OpenOption { return func(c *OpenConfig) { c.Logger = l } }
 
 var (
 	schemesMu sync.RWMutex
@@ -68,7 +82,8 @@ func RegisterScheme(scheme string, open OpenFunc) {
 // import _ "github.com/dabbrpc/dabb/registry/etcd"); the host lists the
 // servers, separated by commas; the path is the root prefix, [DefaultPrefix]
 // when empty. Backends document the query parameters they accept.
-func Open(ctx context.Context, rawURL string) (Registry, error) {
+// WithLogger gives the backend the application's logger.
+func Open(ctx context.Context, rawURL string, opts ...OpenOption) (Registry, error) {
 	if !strings.Contains(rawURL, "://") {
 		return nil, fmt.Errorf("registry: open %q: no scheme; want a URL such as etcd://127.0.0.1:2379/services: %w", rawURL, ErrInvalid)
 	}
@@ -89,7 +104,11 @@ func Open(ctx context.Context, rawURL string) (Registry, error) {
 		}
 		return nil, fmt.Errorf("%w %q in %q (registered: %s)", ErrUnknownScheme, scheme, rawURL, strings.Join(Schemes(), ", "))
 	}
-	r, err := open(ctx, u)
+	var cfg OpenConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := open(ctx, u, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("registry: open %s: %w", redact(u), err)
 	}

@@ -17,8 +17,8 @@ func init() {
 
 // open serves etcd://host:port,host:port/prefix?ttl=10s&timeout=3s&dial_timeout=2s.
 // User information in the URL (etcd://user:pass@host:port) authenticates.
-func open(_ context.Context, u *url.URL) (registry.Registry, error) {
-	cfg := Config{Endpoints: registry.HostsOf(u), Prefix: registry.PrefixOf(u)}
+func open(_ context.Context, u *url.URL, oc registry.OpenConfig) (registry.Registry, error) {
+	cfg := Config{Endpoints: registry.HostsOf(u), Prefix: registry.PrefixOf(u), Logger: oc.Logger}
 	if len(cfg.Endpoints) == 0 {
 		return nil, fmt.Errorf("etcd: URL has no endpoints (want etcd://host:port,host:port/prefix): %w", registry.ErrInvalid)
 	}

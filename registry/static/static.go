@@ -32,7 +32,7 @@ func init() {
 
 // open serves static://addr1,addr2: every service resolves to those
 // addresses, each an Instance whose ID is its address.
-func open(_ context.Context, u *url.URL) (registry.Registry, error) {
+func open(_ context.Context, u *url.URL, _ registry.OpenConfig) (registry.Registry, error) {
 	hosts := registry.HostsOf(u)
 	if len(hosts) == 0 {
 		return nil, fmt.Errorf("static: URL has no addresses (want static://host:port,host:port): %w", registry.ErrInvalid)

@@ -22,11 +22,11 @@ func init() { registry.RegisterScheme("zk", openURL) }
 // (Config.SessionTimeout and Config.RequestTimeout). Unknown parameters and
 // credentials in the URL are errors. Like New, it does no I/O; ctx is
 // not used.
-func openURL(_ context.Context, u *url.URL) (registry.Registry, error) {
+func openURL(_ context.Context, u *url.URL, oc registry.OpenConfig) (registry.Registry, error) {
 	if u.User != nil {
 		return nil, fmt.Errorf("zk: credentials in the URL are not supported: %w", registry.ErrInvalid)
 	}
-	cfg := Config{Servers: registry.HostsOf(u), Prefix: registry.PrefixOf(u)}
+	cfg := Config{Servers: registry.HostsOf(u), Prefix: registry.PrefixOf(u), Logger: oc.Logger}
 	if len(cfg.Servers) == 0 {
 		return nil, fmt.Errorf("zk: the URL names no servers; want zk://host:2181/services: %w", registry.ErrInvalid)
 	}
