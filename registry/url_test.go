@@ -55,7 +55,9 @@ func TestOpen(t *testing.T) {
 var schemeRuns int
 
 func TestRegisterSchemePanics(t *testing.T) {
-	open := func(context.Context, *url.URL, registry.OpenConfig) (registry.Registry, error) { return static.New(), nil }
+	open := func(context.Context, *url.URL, registry.OpenConfig) (registry.Registry, error) {
+		return static.New(), nil
+	}
 	tests := []struct {
 		name   string
 		scheme string
