@@ -219,7 +219,8 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 		draining = err != nil && c.pool.ReadOnly(addr)
 	} else {
 		ran := false
-		_, berr := c.breakers.get(addr).cb.Execute(func() (struct{}, error) {
+		h := c.breakers.get(addr)
+		_, berr := h.cb.Execute(func() (struct{}, error) {
 			ran = true
 			err = run(start)
 			if draining = err != nil && c.pool.ReadOnly(addr); draining {
@@ -227,7 +228,16 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 			}
 			return struct{}{}, err
 		})
-		if !ran {
+		switch {
+		case ran:
+		case c.panicking((*c.services.Load())[call.Service]):
+			// Every instance is left out, or most: each call probes one
+			// at once, past its breaker. The first success closes it.
+			if err = run(start); err == nil {
+				c.breakers.reset(addr, h)
+			}
+			draining = err != nil && c.pool.ReadOnly(addr)
+		default:
 			err = protocol.NotSent(protocol.StatusChannelInactive, addr, fmt.Errorf("%w: %w", errBreakerOpen, berr))
 		}
 	}

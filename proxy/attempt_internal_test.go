@@ -45,7 +45,7 @@ func TestRetryThatNeverGoesOutIsRefunded(t *testing.T) {
 		c, err := NewClient(static.New(registry.Instance{Service: svc, ID: dead, Addr: dead}),
 			WithLogger(slog.New(slog.DiscardHandler)),
 			WithRetry(RetryPolicy{MaxAttempts: 3}),
-			WithBreaker(BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+			WithBreaker(BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Hour, PanicThreshold: -1})) // a retry finds no instance
 		if err != nil {
 			t.Fatal(err)
 		}
