@@ -93,9 +93,9 @@ func (a *attempts) retry(ctx context.Context, err error) bool {
 			return false
 		}
 	}
-	sec, ok := a.c.budget.withdraw()
+	token, ok := a.c.budget.withdraw(time.Now().Unix())
 	if ok {
-		a.withdrawn = sec
+		a.withdrawn = token
 	}
 	return ok
 }

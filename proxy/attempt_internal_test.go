@@ -20,7 +20,7 @@ import (
 func (b *retryBudget) retriesCounted() int64 {
 	var n int64
 	for i := range b.buckets {
-		n += b.buckets[i].retries.Load()
+		n += b.buckets[i].retries.Load() + b.buckets[i].floored.Load()
 	}
 	return n
 }
