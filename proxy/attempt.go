@@ -214,12 +214,12 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 	// of the next process there, a restart on the same port. It counts
 	// neither for its breaker nor for the balancer's figures.
 	draining := false
+	h := c.breakers.get(addr)
 	if c.breakers.cfg.Disabled {
 		err = run(start)
 		draining = err != nil && c.pool.ReadOnly(addr)
 	} else {
 		ran := false
-		h := c.breakers.get(addr)
 		_, berr := h.cb.Execute(func() (struct{}, error) {
 			ran = true
 			err = run(start)
@@ -242,6 +242,10 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 		}
 	}
 	latency := time.Since(start)
+	if pe := asError(err); err == nil || pe != nil && pe.Remote {
+		// An answer, whatever it says, tells how long the instance takes.
+		h.latency.observe(latency, int64(start.Sub(epoch)+latency))
+	}
 	if instanceFailure(err) && !errors.Is(err, errBreakerOpen) && !draining {
 		done(latency, err)
 	} else {

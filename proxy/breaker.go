@@ -101,6 +101,8 @@ type instanceHealth struct {
 	cb *gobreaker.CircuitBreaker[struct{}]
 	// tripped is set while the breaker is not closed (OnStateChange).
 	tripped atomic.Bool
+	// latency feeds the adaptive per-try timeout.
+	latency latencyPeak
 }
 
 func newBreakers(cfg BreakerConfig, log *slog.Logger, obs Observer) *breakers {

@@ -27,7 +27,9 @@ type RetryPolicy struct {
 	// Default 3; 1 disables retries and hedging.
 	MaxAttempts int
 	// PerTryTimeout bounds one attempt of an idempotent method, so that a
-	// retry has budget left. Default 0: an attempt may use all that remains.
+	// retry has budget left. Default 0: adaptive, from the instance's
+	// observed latency (docs/resilience.md). Negative turns it off: an
+	// attempt may use all that remains.
 	PerTryTimeout time.Duration
 	// BackoffBase and BackoffMax bound the jittered exponential pause
 	// before a retry. Defaults 2 ms and 50 ms.
