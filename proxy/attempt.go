@@ -93,9 +93,9 @@ func (a *attempts) retry(ctx context.Context, err error) bool {
 			return false
 		}
 	}
-	sec, ok := a.c.budget.withdraw()
+	token, ok := a.c.budget.withdraw(time.Now().Unix())
 	if ok {
-		a.withdrawn = sec
+		a.withdrawn = token
 	}
 	return ok
 }
@@ -214,12 +214,13 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 	// of the next process there, a restart on the same port. It counts
 	// neither for its breaker nor for the balancer's figures.
 	draining := false
+	h := c.breakers.get(addr)
 	if c.breakers.cfg.Disabled {
 		err = run(start)
 		draining = err != nil && c.pool.ReadOnly(addr)
 	} else {
 		ran := false
-		_, berr := c.breakers.get(addr).cb.Execute(func() (struct{}, error) {
+		_, berr := h.cb.Execute(func() (struct{}, error) {
 			ran = true
 			err = run(start)
 			if draining = err != nil && c.pool.ReadOnly(addr); draining {
@@ -227,11 +228,24 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 			}
 			return struct{}{}, err
 		})
-		if !ran {
+		switch {
+		case ran:
+		case c.panicking((*c.services.Load())[call.Service]):
+			// Every instance is left out, or most: each call probes one
+			// at once, past its breaker. The first success closes it.
+			if err = run(start); err == nil {
+				c.breakers.reset(addr, h)
+			}
+			draining = err != nil && c.pool.ReadOnly(addr)
+		default:
 			err = protocol.NotSent(protocol.StatusChannelInactive, addr, fmt.Errorf("%w: %w", errBreakerOpen, berr))
 		}
 	}
 	latency := time.Since(start)
+	if pe := asError(err); err == nil || pe != nil && pe.Remote {
+		// An answer, whatever it says, tells how long the instance takes.
+		h.latency.observe(latency, int64(start.Sub(epoch)+latency))
+	}
 	if instanceFailure(err) && !errors.Is(err, errBreakerOpen) && !draining {
 		done(latency, err)
 	} else {

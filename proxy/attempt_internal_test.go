@@ -20,7 +20,7 @@ import (
 func (b *retryBudget) retriesCounted() int64 {
 	var n int64
 	for i := range b.buckets {
-		n += b.buckets[i].retries.Load()
+		n += b.buckets[i].retries.Load() + b.buckets[i].floored.Load()
 	}
 	return n
 }
@@ -45,7 +45,7 @@ func TestRetryThatNeverGoesOutIsRefunded(t *testing.T) {
 		c, err := NewClient(static.New(registry.Instance{Service: svc, ID: dead, Addr: dead}),
 			WithLogger(slog.New(slog.DiscardHandler)),
 			WithRetry(RetryPolicy{MaxAttempts: 3}),
-			WithBreaker(BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+			WithBreaker(BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Hour, PanicThreshold: -1})) // a retry finds no instance
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,7 +30,9 @@ import (
 //
 // While a breaker is open its instance is left out of balancing. After
 // OpenTimeout it lets HalfOpenProbes calls through. It closes again when
-// they succeed.
+// they succeed. When too many of a service's instances are left out (see
+// PanicThreshold), calls go to all of them, and the first that succeeds on
+// an instance closes its breaker.
 type BreakerConfig struct {
 	// ConsecutiveFailures is the run of failures that opens the breaker.
 	// Default 5.
@@ -51,6 +53,11 @@ type BreakerConfig struct {
 	// HalfOpenProbes is how many calls may probe a half-open instance at
 	// once. Default 1.
 	HalfOpenProbes uint32
+	// PanicThreshold is the share of a service's instances whose breakers
+	// must be open before balancing ignores the breakers. Default 1: only
+	// when every instance is left out. Range 0 to 1; negative turns it off,
+	// and calls then fail while every breaker is open.
+	PanicThreshold float64
 	// Disabled turns breaking off. Default false.
 	Disabled bool
 }
@@ -71,6 +78,9 @@ func (b BreakerConfig) withDefaults() BreakerConfig {
 	if b.HalfOpenProbes == 0 {
 		b.HalfOpenProbes = 1
 	}
+	if b.PanicThreshold == 0 || b.PanicThreshold > 1 {
+		b.PanicThreshold = 1
+	}
 	return b
 }
 
@@ -81,6 +91,9 @@ type breakers struct {
 	observer Observer
 	mu       sync.Mutex                                 // serialises creation
 	m        atomic.Pointer[map[string]*instanceHealth] // copy on write
+	// gen changes whenever a breaker trips, closes or goes: panic
+	// verdicts computed under an older gen are stale.
+	gen atomic.Uint64
 }
 
 // instanceHealth is what the client knows of one instance's health.
@@ -88,6 +101,8 @@ type instanceHealth struct {
 	cb *gobreaker.CircuitBreaker[struct{}]
 	// tripped is set while the breaker is not closed (OnStateChange).
 	tripped atomic.Bool
+	// latency feeds the adaptive per-try timeout.
+	latency latencyPeak
 }
 
 func newBreakers(cfg BreakerConfig, log *slog.Logger, obs Observer) *breakers {
@@ -128,6 +143,7 @@ func (b *breakers) get(addr string) *instanceHealth {
 		},
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			h.tripped.Store(to != gobreaker.StateClosed)
+			b.gen.Add(1)
 			b.log.Warn("dabb: circuit breaker", "addr", name, "from", from.String(), "to", to.String())
 			if b.observer != nil {
 				b.observer.BreakerChanged(name, from.String(), to.String())
@@ -190,12 +206,16 @@ func (b *breakers) open(addr string) bool {
 
 // drop removes addr's breaker, if any, and returns it. The address left
 // every instance list, or a new server took it over (forget).
-func (b *breakers) drop(addr string) *instanceHealth {
+func (b *breakers) drop(addr string) *instanceHealth { return b.dropIf(addr, nil) }
+
+// dropIf removes addr's breaker if it is want (any one, for nil) and
+// returns what it removed.
+func (b *breakers) dropIf(addr string, want *instanceHealth) *instanceHealth {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old := *b.m.Load()
 	h := old[addr]
-	if h == nil {
+	if h == nil || want != nil && h != want {
 		return nil
 	}
 	next := make(map[string]*instanceHealth, len(old))
@@ -205,7 +225,29 @@ func (b *breakers) drop(addr string) *instanceHealth {
 		}
 	}
 	b.m.Store(&next)
+	b.gen.Add(1)
 	return h
+}
+
+// tripped reports whether addr's breaker is not closed: the instance
+// counts as ejected for the panic threshold, half-open or not.
+func (b *breakers) tripped(addr string) bool {
+	h := (*b.m.Load())[addr]
+	return h != nil && h.tripped.Load()
+}
+
+// reset closes addr's breaker h after an attempt made in panic mode
+// succeeded: the instance answers again. It drops h, so the next call
+// there starts a closed breaker. A breaker replaced meanwhile is left be.
+func (b *breakers) reset(addr string, h *instanceHealth) {
+	if b.dropIf(addr, h) == nil {
+		return // another call reset it first, or a new server took the address
+	}
+	from := h.cb.State()
+	b.log.Info("dabb: circuit breaker closed: the instance answered while its service was in panic", "addr", addr, "from", from.String())
+	if b.observer != nil {
+		b.observer.BreakerChanged(addr, from.String(), gobreaker.StateClosed.String())
+	}
 }
 
 // BreakerState returns the breaker state of an instance address: "closed",

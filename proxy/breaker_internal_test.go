@@ -87,3 +87,48 @@ func TestHalfOpenWithProbeInFlightIsUnavailable(t *testing.T) {
 		t.Error("the breaker is still left out after its probe succeeded")
 	}
 }
+
+// TestPanicThreshold: the service panics, and balancing ignores its
+// breakers, once the share of its instances with tripped breakers reaches
+// PanicThreshold; a negative threshold never panics.
+func TestPanicThreshold(t *testing.T) {
+	addrs := []string{"10.0.0.1:20880", "10.0.0.2:20880", "10.0.0.3:20880", "10.0.0.4:20880"}
+	for _, tt := range []struct {
+		threshold float64
+		tripped   int
+		want      bool
+	}{
+		{0, 0, false}, {0, 3, false}, {0, 4, true}, // default: all of them
+		{1, 4, true},
+		{0.5, 1, false}, {0.5, 2, true}, {0.5, 3, true},
+		{-1, 4, false},
+	} {
+		t.Run(fmt.Sprintf("threshold %v, %d of 4 tripped", tt.threshold, tt.tripped), func(t *testing.T) {
+			c, err := NewClient(nil, WithLogger(slog.New(slog.DiscardHandler)),
+				WithBreaker(BreakerConfig{PanicThreshold: tt.threshold}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			st := &serviceState{}
+			st.addrs.Store(&addrs)
+			for _, a := range addrs[:tt.tripped] {
+				c.breakers.get(a).tripped.Store(true)
+				c.breakers.gen.Add(1) // as OnStateChange does
+			}
+			if got := c.panicking(st); got != tt.want {
+				t.Fatalf("panicking = %v, want %v", got, tt.want)
+			}
+			if tt.tripped > 0 {
+				// A breaker that goes makes the verdict stale: one fewer
+				// is tripped now.
+				c.breakers.drop(addrs[0])
+				th := c.breakers.cfg.PanicThreshold
+				want := th >= 0 && tt.tripped > 1 && float64(tt.tripped-1) >= th*4
+				if got := c.panicking(st); got != want {
+					t.Fatalf("after a tripped breaker went: panicking = %v, want %v", got, want)
+				}
+			}
+		})
+	}
+}

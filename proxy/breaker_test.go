@@ -343,3 +343,77 @@ func TestRefusedCallsKeepTheBreakerClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryInstanceBackWithinASecond: when every breaker of a service is
+// open, calls go to its instances anyway (the panic threshold). So a
+// service whose instances all died and came back is called again within a
+// second of their return, not after OpenTimeout.
+func TestEveryInstanceBackWithinASecond(t *testing.T) {
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d instances", n), func(t *testing.T) {
+			var addrs []string
+			var servers []*transport.Server
+			var dones []<-chan error
+			for range n {
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv, done := serveOK(l)
+				addrs = append(addrs, l.Addr().String())
+				servers, dones = append(servers, srv), append(dones, done)
+			}
+			// The default breakers: five failures open one for 5 s.
+			c := client(t, addrs)
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			for i := range 10 {
+				if _, err := invoke(ctx, c); err != nil {
+					t.Fatalf("call %d before the outage: %v", i, err)
+				}
+			}
+			// Every instance dies without a goodbye, as under kill -9.
+			for i, srv := range servers {
+				srv.Close()
+				<-dones[i]
+			}
+			allOpen := func() bool {
+				for _, a := range addrs {
+					if c.BreakerState(a) == "closed" {
+						return false
+					}
+				}
+				return true
+			}
+			for !allOpen() {
+				if ctx.Err() != nil {
+					t.Fatal("the breakers never opened while every instance was down")
+				}
+				if _, err := invoke(ctx, c, proxy.Idempotent()); err == nil {
+					t.Fatal("a call succeeded with every instance down")
+				}
+			}
+			back := time.Now()
+			for _, a := range addrs {
+				l, err := net.Listen("tcp", a)
+				if err != nil {
+					t.Skipf("cannot listen again on %s: %v", a, err)
+				}
+				srv, done := serveOK(l)
+				t.Cleanup(func() { srv.Close(); <-done })
+			}
+			for {
+				_, err := invoke(ctx, c)
+				if err == nil {
+					break
+				}
+				if time.Since(back) > time.Second {
+					t.Fatalf("no call succeeded within 1 s of every instance's return (breaker %s): %v",
+						c.BreakerState(addrs[0]), err)
+				}
+				time.Sleep(10 * time.Millisecond) // no event says the instances are back: poll the calls
+			}
+			t.Logf("called again %v after the return", time.Since(back).Round(time.Millisecond))
+		})
+	}
+}

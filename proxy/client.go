@@ -190,10 +190,13 @@ func (c *Client) Stale(service string) bool { return c.cache.Stale(service) }
 func (c *Client) Suspect(service string) bool { return c.cache.Suspect(service) }
 
 // serviceState is what the client keeps per service it calls: the
-// balancer, which the registry cache feeds.
+// balancer, which the registry cache feeds, and its panic verdict.
 type serviceState struct {
 	bal   balancer.Balancer
 	unsub func()
+	addrs atomic.Pointer[[]string] // the addresses listed now
+	// panic memoises panicking: breakers.gen<<1, plus 1 when panicking.
+	panic atomic.Uint64
 }
 
 // service returns the state of a service, creating it on the first call.
@@ -221,19 +224,29 @@ func (c *Client) service(ctx context.Context, name string, deadline time.Time) (
 	if k, ok := c.opts.balancers[name]; ok {
 		kind = k
 	}
-	bal, err := balancer.New(kind, balancer.Config{Available: c.available})
+	st := &serviceState{}
+	bal, err := balancer.New(kind, balancer.Config{Available: func(in *registry.Instance) bool {
+		return c.available(st, in)
+	}})
 	if err != nil {
 		return nil, err
 	}
+	st.bal = bal
 	unsub, err := c.cache.Subscribe(name, func(ins []registry.Instance) {
 		c.noteTLSNames(ins) // before the balancer may pick a new instance
+		addrs := make([]string, len(ins))
+		for i := range ins {
+			addrs[i] = ins[i].Addr
+		}
+		st.addrs.Store(&addrs)
+		c.breakers.gen.Add(1) // the panic verdict is over the new list
 		bal.Update(ins)
 		c.listed(name, ins)
 	})
 	if err != nil {
 		return nil, err
 	}
-	st := &serviceState{bal: bal, unsub: unsub}
+	st.unsub = unsub
 	next := make(map[string]*serviceState, len(old)+1)
 	for k, v := range old {
 		next[k] = v
@@ -311,10 +324,47 @@ func (c *Client) stillListed(addr string) bool {
 	return false
 }
 
-// available reports whether an instance may take an attempt: it did not
-// announce shutdown and its breaker is not open.
-func (c *Client) available(in *registry.Instance) bool {
-	return !c.pool.ReadOnly(in.Addr) && !c.breakers.open(in.Addr)
+// available reports whether an instance of st may take an attempt: it did
+// not announce shutdown, and its breaker is not open or st is panicking.
+func (c *Client) available(st *serviceState, in *registry.Instance) bool {
+	return !c.pool.ReadOnly(in.Addr) && (!c.breakers.open(in.Addr) || c.panicking(st))
+}
+
+// panicking reports whether so many instances of st have tripped breakers
+// that balancing ignores them (BreakerConfig.PanicThreshold). Instances
+// shutting down count neither way.
+func (c *Client) panicking(st *serviceState) bool {
+	th := c.breakers.cfg.PanicThreshold
+	if th < 0 || st == nil {
+		return false
+	}
+	// The verdict is recomputed only after a breaker or the list changed.
+	// A change of read-only marks alone may leave it stale until then.
+	gen := c.breakers.gen.Load()
+	if v := st.panic.Load(); v>>1 == gen {
+		return v&1 == 1
+	}
+	var addrs []string
+	if p := st.addrs.Load(); p != nil {
+		addrs = *p
+	}
+	n, ejected := 0, 0
+	for _, a := range addrs {
+		if c.pool.ReadOnly(a) {
+			continue
+		}
+		n++
+		if c.breakers.tripped(a) {
+			ejected++
+		}
+	}
+	panicking := ejected > 0 && float64(ejected) >= th*float64(n)
+	v := gen << 1
+	if panicking {
+		v |= 1
+	}
+	st.panic.Store(v)
+	return panicking
 }
 
 // newKey returns a fresh idempotency key: this client's random prefix and

@@ -119,9 +119,10 @@ func TestNoInstanceErrors(t *testing.T) {
 				addrs = append(addrs, deadAddr(t))
 			}
 			rec, log := &callRecorder{}, &attemptLog{}
+			// Panic mode off: open breakers leave every instance out.
 			c := client(t, addrs, proxy.WithMiddleware(rec.middleware), proxy.WithObserver(log),
 				proxy.WithRetry(proxy.RetryPolicy{MaxAttempts: 4}),
-				proxy.WithBreaker(proxy.BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+				proxy.WithBreaker(proxy.BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Hour, PanicThreshold: -1}))
 
 			_, err := invoke(ctx, c)
 			tried := log.take()
@@ -159,8 +160,8 @@ func TestNoInstanceErrors(t *testing.T) {
 	// first call that reaches both, a call finds neither usable, for
 	// different reasons.
 	t.Run("mixed", func(t *testing.T) {
-		c := client(t, []string{drainingServer(t), deadAddr(t)},
-			proxy.WithBreaker(proxy.BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+		c := client(t, []string{drainingServer(t), deadAddr(t)}, // panic mode off, as above
+			proxy.WithBreaker(proxy.BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Hour, PanicThreshold: -1}))
 		if _, err := invoke(ctx, c); err == nil {
 			t.Fatal("a call to a draining and a dead instance succeeded")
 		}

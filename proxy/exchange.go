@@ -30,7 +30,7 @@ func (c *Client) send(ctx context.Context, call *Call, start time.Time) error {
 // the budget. It returns the OK response, which the caller must decode or
 // release.
 func (c *Client) exchange(ctx context.Context, call *Call, addr string, start time.Time) (*protocol.Message, error) {
-	budget, err := c.attemptBudget(call, start, start)
+	budget, err := c.attemptBudget(call, addr, start, start)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +53,7 @@ func (c *Client) exchange(ctx context.Context, call *Call, addr string, start ti
 		if len(payload) >= slowMarshal {
 			// Encoding this much takes a measurable part of the budget:
 			// what travels is what is left after it.
-			if budget, err = c.attemptBudget(call, start, time.Now()); err != nil {
+			if budget, err = c.attemptBudget(call, addr, start, time.Now()); err != nil {
 				return nil, err
 			}
 		}
@@ -76,12 +76,15 @@ func (c *Client) exchange(ctx context.Context, call *Call, addr string, start ti
 // after marshaling, to send only what is left of the budget.
 const slowMarshal = 64 << 10
 
-// attemptBudget is what an attempt that began at start has left at now.
-// That is the call's deadline, or the per-try timeout of an idempotent
-// call if that ends first. Less than a millisecond is an error: not sent.
-func (c *Client) attemptBudget(call *Call, start, now time.Time) (time.Duration, error) {
+// attemptBudget is what an attempt on addr that began at start has left at
+// now. That is the call's deadline, or the per-try timeout of an
+// idempotent call if that ends first: the fixed one, or the adaptive one.
+// Less than a millisecond is an error: not sent.
+func (c *Client) attemptBudget(call *Call, addr string, start, now time.Time) (time.Duration, error) {
 	budget := call.Deadline.Sub(now)
 	if pt := c.opts.retry.PerTryTimeout; pt > 0 && call.Idempotent {
+		budget = min(budget, pt-now.Sub(start))
+	} else if pt, ok := c.adaptivePerTry(call, addr, start); ok {
 		budget = min(budget, pt-now.Sub(start))
 	}
 	if budget < time.Millisecond {

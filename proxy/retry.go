@@ -27,16 +27,20 @@ type RetryPolicy struct {
 	// Default 3; 1 disables retries and hedging.
 	MaxAttempts int
 	// PerTryTimeout bounds one attempt of an idempotent method, so that a
-	// retry has budget left. Default 0: an attempt may use all that remains.
+	// retry has budget left. Default 0: adaptive, from the instance's
+	// observed latency (docs/resilience.md). Negative turns it off: an
+	// attempt may use all that remains.
 	PerTryTimeout time.Duration
 	// BackoffBase and BackoffMax bound the jittered exponential pause
 	// before a retry. Defaults 2 ms and 50 ms.
 	BackoffBase, BackoffMax time.Duration
-	// BudgetRatio is the share of calls that may be retried, over a
-	// sliding ten-second window. Default 0.1: one retry per ten calls.
+	// BudgetRatio is the share of the current second's calls that may be
+	// retried. Calls of earlier seconds lend it nothing. Default 0.1: one
+	// retry per ten calls.
 	BudgetRatio float64
 	// BudgetFloor is the retries per second allowed beyond BudgetRatio,
-	// so that a quiet client can still retry. Default 10; negative means 0.
+	// so that a quiet client can still retry. Unused, it is saved up over
+	// ten seconds. Default 10; negative means 0.
 	BudgetFloor int
 }
 
@@ -114,34 +118,38 @@ func classify(err error) verdict {
 	return fatal
 }
 
-// retryBudget allows retries up to a ratio of the calls seen over a sliding
-// window, plus a floor per second. When a whole service is down, retries
-// stop multiplying the load. It takes no lock: a call costs one atomic add.
+// retryBudget allows retries up to a ratio of the calls made in the
+// current second, plus a floor per second that a window of ten seconds may
+// save up. When a whole service is down, retries stop multiplying the
+// load, from the outage's first second: the calls of earlier seconds lend
+// the ratio nothing. It takes no lock: a call costs one atomic add.
 type retryBudget struct {
 	ratio   float64
-	floor   int64
+	floor   int64 // retries the floor allows per window
 	buckets [budgetBuckets]budgetBucket
 }
 
-const budgetBuckets = 10 // one per second
+const budgetBuckets = 10 // one per second: the floor's window
 
 type budgetBucket struct {
-	sec     atomic.Int64 // the unix second the counts belong to
-	calls   atomic.Int64
-	retries atomic.Int64
+	sec   atomic.Int64 // the unix second the counts belong to
+	calls atomic.Int64
+	// retries were drawn on this second's calls, floored on the floor.
+	retries, floored atomic.Int64
 }
 
 func newRetryBudget(ratio float64, floorPerSec int) *retryBudget {
 	return &retryBudget{ratio: ratio, floor: int64(floorPerSec) * budgetBuckets}
 }
 
-// bucket returns the bucket of the current second, resetting it when it
-// last held an older second.
+// bucket returns the bucket of second now, resetting it when it last held
+// an older second.
 func (b *retryBudget) bucket(now int64) *budgetBucket {
 	k := &b.buckets[now%budgetBuckets]
 	if old := k.sec.Load(); old != now && k.sec.CompareAndSwap(old, now) {
 		k.calls.Store(0)
 		k.retries.Store(0)
+		k.floored.Store(0)
 	}
 	return k
 }
@@ -149,35 +157,47 @@ func (b *retryBudget) bucket(now int64) *budgetBucket {
 // call records a call made at now (Unix seconds).
 func (b *retryBudget) call(now int64) { b.bucket(now).calls.Add(1) }
 
-// withdraw reports whether a retry is allowed now, and counts it if so.
-// sec identifies the withdrawal for refund.
-func (b *retryBudget) withdraw() (sec int64, ok bool) {
-	now := time.Now().Unix()
+// withdraw reports whether a retry is allowed at now (Unix seconds), and
+// counts it if so. The token it returns identifies the withdrawal for
+// refund; it is never 0.
+func (b *retryBudget) withdraw(now int64) (token int64, ok bool) {
 	mine := b.bucket(now)
 	// Counted first, taken back when over the limit: concurrent
 	// withdrawals see each other and never overshoot together.
-	mine.retries.Add(1)
-	var calls, retries int64
+	if r := mine.retries.Add(1); float64(r) <= float64(mine.calls.Load())*b.ratio {
+		return now << 1, true
+	}
+	mine.retries.Add(-1)
+	// The ratio of this second is spent: the floor, over the window. It
+	// lets a quiet client retry, and absorbs the failures of the calls in
+	// flight when an instance dies.
+	mine.floored.Add(1)
+	var floored int64
 	for i := range b.buckets {
 		k := &b.buckets[i]
 		if now-k.sec.Load() < budgetBuckets {
-			calls += k.calls.Load()
-			retries += k.retries.Load()
+			floored += k.floored.Load()
 		}
 	}
-	if float64(retries) > float64(calls)*b.ratio+float64(b.floor) {
-		mine.retries.Add(-1)
+	if floored > b.floor {
+		mine.floored.Add(-1)
 		return 0, false
 	}
-	return now, true
+	return now<<1 | 1, true
 }
 
-// refund takes back a withdrawal made at sec whose retry never went out.
-// No instance could take it, or no time was left after the backoff.
-// A withdrawal whose second has left the window is gone already.
-func (b *retryBudget) refund(sec int64) {
+// refund takes back the withdrawal token whose retry never went out. No
+// instance could take it, or no time was left after the backoff. A
+// withdrawal whose second has left the window is gone already.
+func (b *retryBudget) refund(token int64) {
+	sec := token >> 1
 	k := &b.buckets[sec%budgetBuckets]
-	if k.sec.Load() == sec {
+	if k.sec.Load() != sec {
+		return
+	}
+	if token&1 == 1 {
+		k.floored.Add(-1)
+	} else {
 		k.retries.Add(-1)
 	}
 }
