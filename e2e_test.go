@@ -535,9 +535,9 @@ func TestRetryBudgetWhenServiceDown(t *testing.T) {
 		t.Fatalf("%d of %d calls succeeded against dead instances", calls-int64(len(errs)), calls)
 	}
 	attempts := obs.attempts.Load()
-	// The budget: 10% of calls, plus a floor of 10 retries a second over
-	// a sliding window of 10 one-second buckets. A run that spans more
-	// buckets than one window gets the floor once per window it spans.
+	// The budget: 10% of each second's calls, plus a floor of 10 retries
+	// a second saved up over 10 s. A run that spans more than 10 s gets
+	// the saved floor once per 10 s it spans.
 	spanned := time.Now().Unix() - first + 1
 	windows := (spanned + 9) / 10
 	// Each window may also round its 10% up by one retry.
