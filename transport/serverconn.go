@@ -42,9 +42,14 @@ type serverConn struct {
 	// about to answer "shutting down" sends it, whoever comes first.
 	announced sync.Once
 
+	// watch times the reads; start is when it began to.
+	watch readWatch
+	start time.Time
+
 	mu     sync.Mutex // guards the fields below
 	closed bool
 	hb     *time.Timer
+	rt     *time.Timer // runs watchReads
 
 	// callsMu guards running: the two-way calls of this connection by
 	// request id, from dispatch until their handler returned. A cancel
@@ -81,6 +86,10 @@ func (sc *serverConn) close() {
 	if sc.hb != nil {
 		sc.hb.Stop()
 		sc.hb = nil
+	}
+	if sc.rt != nil {
+		sc.rt.Stop()
+		sc.rt = nil
 	}
 	sc.mu.Unlock()
 	sc.w.fail(ErrServerClosed)
@@ -176,9 +185,11 @@ func (sc *serverConn) serve() {
 	if tc, ok := sc.nc.(*tls.Conn); ok && !sc.handshake(tc) {
 		return
 	}
+	sc.start = time.Now()
 	sc.mu.Lock()
 	if !sc.closed {
 		sc.hb = time.AfterFunc(s.cfg.HeartbeatInterval, sc.tick)
+		sc.rt = time.AfterFunc(watchPeriod(&s.cfg), sc.watchReads)
 	}
 	sc.mu.Unlock()
 
@@ -187,9 +198,14 @@ func (sc *serverConn) serve() {
 	}
 	br := bufio.NewReaderSize(sc.live.source(sc.nc), readBufferSize)
 	rd := protocol.NewReader(br, s.cfg.MaxBody)
+	valid := false
 	for first := true; ; first = false {
 		call := serverCallPool.Get().(*serverCall)
+		sc.watch.waiting(br.Buffered() > 0, sc.live.reads.Load())
 		err := rd.Read(&call.req)
+		if err == nil || errors.Is(err, protocol.ErrMalformed) {
+			sc.watch.frames.Add(1)
+		}
 		if err != nil {
 			if first && s.cfg.TLS == nil && errors.Is(err, protocol.ErrBadMagic) && tlsRecord(call.req.Header[:]) {
 				putServerCall(call)
@@ -205,12 +221,17 @@ func (sc *serverConn) serve() {
 				continue
 			}
 			if errors.Is(err, protocol.ErrBodyTooLarge) && sc.skipBody(br, &call.req, err) {
+				sc.watch.frames.Add(1)
 				putServerCall(call)
 				continue
 			}
 			putServerCall(call)
 			sc.logReadError(err)
 			return
+		}
+		if !valid {
+			valid = true
+			sc.watch.valid.Store(true)
 		}
 		req := &call.req
 		f := req.Header.Flags()
