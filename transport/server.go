@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dabbrpc/dabb/protocol"
+	"golang.org/x/sync/semaphore"
 )
 
 // Handler serves one request.
@@ -101,6 +102,13 @@ type ServerConfig struct {
 	// default.
 	MaxConns int
 
+	// BodyBudget bounds the bytes of the request bodies over 64 KiB that
+	// the server receives at once, over all connections. A body that does
+	// not fit waits, before any of it is read: its connection alone stops
+	// reading. Smaller bodies and events never wait. Default 4 × MaxBody;
+	// less than MaxBody means MaxBody.
+	BodyBudget int64
+
 	// FirstFrameTimeout bounds how long a connection may go without a
 	// valid frame after it was accepted (after its TLS handshake, if any).
 	// Then it is closed. Default 10s; zero or less means the default.
@@ -158,6 +166,10 @@ type Server struct {
 	// their accept queue (listenerState.drain). It is a fact about each
 	// listener, not about the server, so it stays apart from state.
 	drains sync.WaitGroup
+
+	// bodies holds the BodyBudget: the bytes of the large bodies being
+	// received.
+	bodies *semaphore.Weighted
 
 	// nconns counts the tracked connections, for MaxConns.
 	nconns atomic.Int64
@@ -259,6 +271,10 @@ func NewServer(h Handler, cfg ServerConfig) *Server {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 10 * time.Second
 	}
+	if cfg.BodyBudget <= 0 {
+		cfg.BodyBudget = 4 * int64(cfg.MaxBody)
+	}
+	cfg.BodyBudget = max(cfg.BodyBudget, int64(cfg.MaxBody))
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 10000
 	}
@@ -276,6 +292,7 @@ func NewServer(h Handler, cfg ServerConfig) *Server {
 		quit:      make(chan struct{}),
 		listeners: make(map[net.Listener]*listenerState),
 		conns:     make(map[*serverConn]struct{}),
+		bodies:    semaphore.NewWeighted(cfg.BodyBudget),
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -42,6 +42,10 @@ type serverConn struct {
 	// about to answer "shutting down" sends it, whoever comes first.
 	announced sync.Once
 
+	// ctx ends when the connection closes; a wait for the body budget
+	// ends with it.
+	ctx    context.Context
+	cancel context.CancelFunc
 	// watch times the reads; start is when it began to.
 	watch readWatch
 	start time.Time
@@ -67,6 +71,7 @@ func newServerConn(s *Server, nc net.Conn) *serverConn {
 	}
 	sc := &serverConn{s: s, nc: nc, done: make(chan struct{}), running: make(map[uint64]*serverCall)}
 	sc.peer = Peer{RemoteAddr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()}
+	sc.ctx, sc.cancel = context.WithCancel(s.base)
 	sc.pctx = peerCtx{Context: s.base, peer: &sc.peer}
 	sc.w.init(nc, func(err error) {
 		s.log.Debug("transport: write failed; closing connection", "remote", nc.RemoteAddr(), "err", err)
@@ -94,6 +99,7 @@ func (sc *serverConn) close() {
 	sc.mu.Unlock()
 	sc.w.fail(ErrServerClosed)
 	_ = sc.nc.Close()
+	sc.cancel()
 	// The callers of the running calls are gone with the connection.
 	// Cancel the calls, as if each caller had sent the cancel event.
 	sc.callsMu.Lock()
@@ -198,6 +204,7 @@ func (sc *serverConn) serve() {
 	}
 	br := bufio.NewReaderSize(sc.live.source(sc.nc), readBufferSize)
 	rd := protocol.NewReader(br, s.cfg.MaxBody)
+	rd.SetBudget(connBudget{sc})
 	valid := false
 	for first := true; ; first = false {
 		call := serverCallPool.Get().(*serverCall)
