@@ -260,7 +260,7 @@ func appendBytes(dst []byte, b []byte) []byte {
 // maxBody (0 means DefaultMaxBody) before allocating anything for it.
 // See [Reader] for a reader that also interns names.
 func ReadMessage(r *bufio.Reader, m *Message, maxBody uint32) error {
-	return readMessage(r, m, maxBody, nil)
+	return readMessage(r, m, maxBody, nil, nil)
 }
 
 // Reader reads frames from one connection. It interns service and method
@@ -272,6 +272,7 @@ type Reader struct {
 	// recent holds the last names interned; it is checked before the map.
 	recent [4]string
 	next   int // the slot of recent to fill next
+	budget Budget
 }
 
 // maxInterned bounds the entries of the intern table, and maxInternedLen
@@ -290,7 +291,7 @@ func NewReader(br *bufio.Reader, maxBody uint32) *Reader {
 
 // Read reads one frame into m; its errors are those of ReadMessage.
 func (r *Reader) Read(m *Message) error {
-	return readMessage(r.br, m, r.maxBody, r.intern)
+	return readMessage(r.br, m, r.maxBody, r.intern, r.budget)
 }
 
 func (r *Reader) intern(b []byte) string {
@@ -316,16 +317,31 @@ func (r *Reader) intern(b []byte) string {
 	return s
 }
 
-// chunk is how much of a large body is reserved before any of it has
-// arrived. Then a body buffer grows to at most growth times what has
-// arrived. A peer that claims a large length and sends little thus makes
-// the reader reserve little. Large buffers come from the shared pool.
-const (
-	chunk  = 64 << 10
-	growth = 32
-)
+// A Budget bounds the body bytes that the readers sharing it receive at
+// once: a server's memory for bodies on their way in.
+type Budget interface {
+	// Acquire takes n bytes of the budget, waiting until they are free.
+	// A read whose Acquire fails ends with its error.
+	Acquire(n int) error
+	// Release gives back n bytes that Acquire took.
+	Release(n int)
+}
 
-func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte) string) error {
+// SetBudget makes r take each body over BudgetMin bytes from b, whole,
+// before reading any of it, and give it back once the body is read.
+// Smaller bodies do not wait. Nil (the default) means no budget.
+func (r *Reader) SetBudget(b Budget) { r.budget = b }
+
+// BudgetMin is the body size from which a [Reader] with a [Budget] takes
+// the body's bytes from it: 64 KiB.
+const BudgetMin = 64 << 10
+
+// minGrow is the least room a body buffer grows by. Then it grows to
+// twice what has arrived, or to what the reader holds, whichever is more.
+// So a peer that claims a large length and sends little costs little.
+const minGrow = 8 << 10
+
+func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte) string, budget Budget) error {
 	if maxBody == 0 {
 		maxBody = DefaultMaxBody
 	}
@@ -345,7 +361,7 @@ func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, n, maxBody)
 	}
 	var err error
-	buf, err = readBody(r, buf, int(n))
+	buf, err = readBody(r, buf, int(n), budget)
 	m.buf = buf
 	if err != nil {
 		if err == io.EOF {
@@ -380,26 +396,41 @@ func (m *Message) Recycle() {
 	*m = Message{buf: buf[:0]}
 }
 
-func readBody(r io.Reader, buf []byte, n int) ([]byte, error) {
+// readBody reads an n-byte body into buf, or into a larger buffer. It
+// allocates only for bytes that have arrived: a buffer grows once the
+// bytes to fill it are in r.
+func readBody(r *bufio.Reader, buf []byte, n int, budget Budget) ([]byte, error) {
 	if cap(buf) > maxKept && n < cap(buf)/4 {
 		bufpool.Put(buf)
 		buf = nil
 	}
-	if cap(buf) >= n || n <= chunk {
-		if cap(buf) < n {
-			buf = make([]byte, n)
-		}
+	if cap(buf) >= n {
 		buf = buf[:n]
 		_, err := io.ReadFull(r, buf)
 		return buf, err
 	}
-	if cap(buf) < chunk {
-		buf = bufpool.Get(chunk)
+	if budget != nil && n > BudgetMin {
+		if err := budget.Acquire(n); err != nil {
+			return buf[:0], err
+		}
+		defer budget.Release(n)
 	}
 	have := 0
 	for {
-		want := min(n, cap(buf))
-		k, err := io.ReadFull(r, buf[have:want])
+		if have == cap(buf) {
+			// Wait for the next bytes before making room for them.
+			if _, err := r.Peek(1); err != nil {
+				return buf[:have], err
+			}
+			size := min(n, max(2*have, have+r.Buffered(), minGrow))
+			next := bufpool.Get(size)
+			copy(next, buf[:have])
+			if cap(buf) >= bufpool.Min {
+				bufpool.Put(buf) // a call allocates: only a buffer worth keeping goes
+			}
+			buf = next
+		}
+		k, err := io.ReadFull(r, buf[have:min(n, cap(buf))])
 		have += k
 		if err != nil {
 			return buf[:have], err
@@ -407,10 +438,6 @@ func readBody(r io.Reader, buf []byte, n int) ([]byte, error) {
 		if have == n {
 			return buf[:n], nil
 		}
-		next := bufpool.Get(min(n, growth*have))
-		copy(next, buf[:have])
-		bufpool.Put(buf)
-		buf = next
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -944,4 +945,96 @@ func TestAttachmentsAtTheLimitCost(t *testing.T) {
 		t.Errorf("a %d-byte frame of %d attachments allocated %d KiB and kept %d KiB, want at most %d KiB each",
 			len(frame), protocol.MaxAttachments, allocated>>10, kept>>10, limit>>10)
 	}
+}
+
+// A body buffer grows with the bytes that arrived, never toward the length
+// the header claims: a peer that claims 8 MiB and sends little costs
+// little.
+func TestReadBodyAllocatesAsBytesArrive(t *testing.T) {
+	const claimed = 8 << 20
+	for _, sent := range []int{100, 64 << 10, 1 << 20, 4 << 20} {
+		t.Run(strconv.Itoa(sent), func(t *testing.T) {
+			h := request(1)
+			h.SetMagic()
+			binary.BigEndian.PutUint32(h[12:16], claimed)
+			stream := append(h[:], make([]byte, sent)...)
+			n := allocatedBytes(3, func() {
+				var m protocol.Message
+				if err := protocol.ReadMessage(reader(stream), &m, 0); err != io.ErrUnexpectedEOF {
+					t.Errorf("err = %v, want io.ErrUnexpectedEOF", err)
+				}
+			})
+			// Twice what arrived, rounded up to a pool class, and the
+			// buffers it grew through.
+			if limit := uint64(4*sent + 64<<10); n > limit {
+				t.Errorf("reading %d of a claimed %d bytes allocated %d KiB, want at most %d KiB",
+					sent, claimed, n>>10, limit>>10)
+			}
+		})
+	}
+}
+
+// budgetLog records a Reader's use of its Budget.
+type budgetLog struct {
+	acquired, released []int
+	err                error
+}
+
+func (b *budgetLog) Acquire(n int) error {
+	if b.err != nil {
+		return b.err
+	}
+	b.acquired = append(b.acquired, n)
+	return nil
+}
+
+func (b *budgetLog) Release(n int) { b.released = append(b.released, n) }
+
+// A Reader takes each body over BudgetMin from its Budget, whole, and
+// gives it back once read, whatever the outcome; smaller bodies and
+// reused buffers do not ask.
+func TestReaderBudget(t *testing.T) {
+	small := encode(&protocol.Message{Header: request(1), Payload: make([]byte, 1000)})
+	large := encode(&protocol.Message{Header: request(2), Payload: make([]byte, 200<<10)})
+	largeBody := len(large) - protocol.HeaderLen
+
+	t.Run("small and large", func(t *testing.T) {
+		var b budgetLog
+		r := protocol.NewReader(reader(slices.Concat(small, large)), 0)
+		r.SetBudget(&b)
+		var m protocol.Message
+		for range 2 {
+			if err := r.Read(&m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !slices.Equal(b.acquired, []int{largeBody}) || !slices.Equal(b.released, b.acquired) {
+			t.Errorf("acquired %v, released %v; want [%d] both", b.acquired, b.released, largeBody)
+		}
+	})
+	t.Run("cut short", func(t *testing.T) {
+		var b budgetLog
+		r := protocol.NewReader(reader(large[:len(large)/2]), 0)
+		r.SetBudget(&b)
+		var m protocol.Message
+		if err := r.Read(&m); err != io.ErrUnexpectedEOF {
+			t.Fatalf("err = %v, want io.ErrUnexpectedEOF", err)
+		}
+		if !slices.Equal(b.acquired, []int{largeBody}) || !slices.Equal(b.released, b.acquired) {
+			t.Errorf("acquired %v, released %v; want [%d] both", b.acquired, b.released, largeBody)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		stop := errors.New("closed")
+		b := budgetLog{err: stop}
+		r := protocol.NewReader(reader(large), 0)
+		r.SetBudget(&b)
+		var m protocol.Message
+		if err := r.Read(&m); !errors.Is(err, stop) {
+			t.Fatalf("err = %v, want the budget's error", err)
+		}
+		if len(b.released) != 0 {
+			t.Errorf("released %v of a budget never taken", b.released)
+		}
+	})
 }

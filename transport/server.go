@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dabbrpc/dabb/protocol"
+	"golang.org/x/sync/semaphore"
 )
 
 // Handler serves one request.
@@ -95,6 +96,30 @@ type ServerConfig struct {
 	// zero or less means the default.
 	HandshakeTimeout time.Duration
 
+	// MaxConns bounds the connections the server holds at once. A
+	// connection over it is closed as soon as it is accepted. The log says
+	// so at most once a second. Default 10000; zero or less means the
+	// default.
+	MaxConns int
+
+	// BodyBudget bounds the bytes of the request bodies over 64 KiB that
+	// the server receives at once, over all connections. A body that does
+	// not fit waits, before any of it is read: its connection alone stops
+	// reading. Smaller bodies and events never wait. Default 4 × MaxBody;
+	// less than MaxBody means MaxBody.
+	BodyBudget int64
+
+	// FirstFrameTimeout bounds how long a connection may go without a
+	// valid frame after it was accepted (after its TLS handshake, if any).
+	// Then it is closed. Default 10s; zero or less means the default.
+	FirstFrameTimeout time.Duration
+
+	// FrameReadTimeout bounds the reading of one frame, from its first
+	// byte to its last. A connection whose header or body takes longer is
+	// closed. Time spent waiting for BodyBudget does not count.
+	// Default 30s; zero or less means the default.
+	FrameReadTimeout time.Duration
+
 	// Logger receives connection events and handler panics.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -141,6 +166,16 @@ type Server struct {
 	// their accept queue (listenerState.drain). It is a fact about each
 	// listener, not about the server, so it stays apart from state.
 	drains sync.WaitGroup
+
+	// bodies holds the BodyBudget: the bytes of the large bodies being
+	// received.
+	bodies *semaphore.Weighted
+
+	// nconns counts the tracked connections, for MaxConns.
+	nconns atomic.Int64
+	// refusedLog is when a connection over MaxConns was last logged, in
+	// Unix nanoseconds.
+	refusedLog atomic.Int64
 
 	peerLogMu  sync.Mutex           // guards peerLogged
 	peerLogged map[string]time.Time // by IP: when a refused connection was last logged
@@ -236,6 +271,19 @@ func NewServer(h Handler, cfg ServerConfig) *Server {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 10 * time.Second
 	}
+	if cfg.BodyBudget <= 0 {
+		cfg.BodyBudget = 4 * int64(cfg.MaxBody)
+	}
+	cfg.BodyBudget = max(cfg.BodyBudget, int64(cfg.MaxBody))
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 10000
+	}
+	if cfg.FirstFrameTimeout <= 0 {
+		cfg.FirstFrameTimeout = 10 * time.Second
+	}
+	if cfg.FrameReadTimeout <= 0 {
+		cfg.FrameReadTimeout = 30 * time.Second
+	}
 	s := &Server{
 		h:         h,
 		cfg:       cfg,
@@ -244,6 +292,7 @@ func NewServer(h Handler, cfg ServerConfig) *Server {
 		quit:      make(chan struct{}),
 		listeners: make(map[net.Listener]*listenerState),
 		conns:     make(map[*serverConn]struct{}),
+		bodies:    semaphore.NewWeighted(cfg.BodyBudget),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -297,6 +346,9 @@ func (s *Server) Serve(l net.Listener) error {
 			continue
 		}
 		delay = 0
+		if s.full(nc) {
+			continue
+		}
 		sc := newServerConn(s, nc)
 		if !s.track(sc) {
 			// Shutdown began after this Accept. Serve the connection as
@@ -354,6 +406,9 @@ func (s *Server) drainQueue(l net.Listener, st *listenerState) {
 		if err != nil {
 			return // the window passed with nothing queued, or Close
 		}
+		if s.full(nc) {
+			continue
+		}
 		sc := newServerConn(s, nc)
 		sc.drained = true
 		if !s.track(sc) {
@@ -374,6 +429,24 @@ func (s *Server) endDrain(st *listenerState) {
 	}
 }
 
+// full closes nc and reports true when the server holds MaxConns
+// connections already.
+func (s *Server) full(nc net.Conn) bool {
+	n := s.nconns.Load()
+	if n < int64(s.cfg.MaxConns) {
+		return false
+	}
+	_ = nc.Close()
+	now := time.Now().UnixNano()
+	// One line a second at most: a flood of connections must not become
+	// a flood of log lines.
+	if last := s.refusedLog.Load(); now-last >= int64(time.Second) && s.refusedLog.CompareAndSwap(last, now) {
+		s.log.Warn("transport: too many connections; closing new ones at once",
+			"max_conns", s.cfg.MaxConns, "remote", nc.RemoteAddr())
+	}
+	return true
+}
+
 // track registers a connection and counts its goroutine. It refuses
 // every connection once the server is closed, and, while it drains, all
 // but those accepted from a listener's queue (sc.drained).
@@ -384,6 +457,7 @@ func (s *Server) track(sc *serverConn) bool {
 		return false
 	}
 	s.conns[sc] = struct{}{}
+	s.nconns.Add(1)
 	s.wg.Add(1)
 	return true
 }
@@ -391,7 +465,10 @@ func (s *Server) track(sc *serverConn) bool {
 // forget removes a closed connection.
 func (s *Server) forget(sc *serverConn) {
 	s.mu.Lock()
-	delete(s.conns, sc)
+	if _, ok := s.conns[sc]; ok {
+		delete(s.conns, sc)
+		s.nconns.Add(-1)
+	}
 	s.mu.Unlock()
 }
 

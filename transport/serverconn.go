@@ -42,9 +42,18 @@ type serverConn struct {
 	// about to answer "shutting down" sends it, whoever comes first.
 	announced sync.Once
 
+	// ctx ends when the connection closes; a wait for the body budget
+	// ends with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// watch times the reads; start is when it began to.
+	watch readWatch
+	start time.Time
+
 	mu     sync.Mutex // guards the fields below
 	closed bool
 	hb     *time.Timer
+	rt     *time.Timer // runs watchReads
 
 	// callsMu guards running: the two-way calls of this connection by
 	// request id, from dispatch until their handler returned. A cancel
@@ -62,6 +71,7 @@ func newServerConn(s *Server, nc net.Conn) *serverConn {
 	}
 	sc := &serverConn{s: s, nc: nc, done: make(chan struct{}), running: make(map[uint64]*serverCall)}
 	sc.peer = Peer{RemoteAddr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()}
+	sc.ctx, sc.cancel = context.WithCancel(s.base)
 	sc.pctx = peerCtx{Context: s.base, peer: &sc.peer}
 	sc.w.init(nc, func(err error) {
 		s.log.Debug("transport: write failed; closing connection", "remote", nc.RemoteAddr(), "err", err)
@@ -82,9 +92,14 @@ func (sc *serverConn) close() {
 		sc.hb.Stop()
 		sc.hb = nil
 	}
+	if sc.rt != nil {
+		sc.rt.Stop()
+		sc.rt = nil
+	}
 	sc.mu.Unlock()
 	sc.w.fail(ErrServerClosed)
 	_ = sc.nc.Close()
+	sc.cancel()
 	// The callers of the running calls are gone with the connection.
 	// Cancel the calls, as if each caller had sent the cancel event.
 	sc.callsMu.Lock()
@@ -176,9 +191,11 @@ func (sc *serverConn) serve() {
 	if tc, ok := sc.nc.(*tls.Conn); ok && !sc.handshake(tc) {
 		return
 	}
+	sc.start = time.Now()
 	sc.mu.Lock()
 	if !sc.closed {
 		sc.hb = time.AfterFunc(s.cfg.HeartbeatInterval, sc.tick)
+		sc.rt = time.AfterFunc(watchPeriod(&s.cfg), sc.watchReads)
 	}
 	sc.mu.Unlock()
 
@@ -187,9 +204,15 @@ func (sc *serverConn) serve() {
 	}
 	br := bufio.NewReaderSize(sc.live.source(sc.nc), readBufferSize)
 	rd := protocol.NewReader(br, s.cfg.MaxBody)
+	rd.SetBudget(connBudget{sc})
+	valid := false
 	for first := true; ; first = false {
 		call := serverCallPool.Get().(*serverCall)
+		sc.watch.waiting(br.Buffered() > 0, sc.live.reads.Load())
 		err := rd.Read(&call.req)
+		if err == nil || errors.Is(err, protocol.ErrMalformed) {
+			sc.watch.frames.Add(1)
+		}
 		if err != nil {
 			if first && s.cfg.TLS == nil && errors.Is(err, protocol.ErrBadMagic) && tlsRecord(call.req.Header[:]) {
 				putServerCall(call)
@@ -205,12 +228,17 @@ func (sc *serverConn) serve() {
 				continue
 			}
 			if errors.Is(err, protocol.ErrBodyTooLarge) && sc.skipBody(br, &call.req, err) {
+				sc.watch.frames.Add(1)
 				putServerCall(call)
 				continue
 			}
 			putServerCall(call)
 			sc.logReadError(err)
 			return
+		}
+		if !valid {
+			valid = true
+			sc.watch.valid.Store(true)
 		}
 		req := &call.req
 		f := req.Header.Flags()
