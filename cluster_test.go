@@ -4,8 +4,6 @@ package dabb_test
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,26 +48,7 @@ func TestEtcdLeaderKilled(t *testing.T) {
 		t.Fatalf("etcd holds %d instance keys, want 2: %v", len(leasesBefore), leasesBefore)
 	}
 
-	var calls, failed atomic.Int64
-	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				calls.Add(1)
-				if _, err := call(ctx, c, "echo"); err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-				}
-			}
-		})
-	}
+	l := startLoad(ctx, c, 8)
 	leader, err := cl.Leader(ctx, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -89,13 +68,12 @@ func TestEtcdLeaderKilled(t *testing.T) {
 	seen := time.Now()
 	waitInstancesWithin(ctx, t, c, 3, 2*time.Second)
 	t.Logf("the third provider reached the client %v after it registered", time.Since(seen).Round(time.Millisecond))
-	close(stop)
-	wg.Wait()
-	if n := failed.Load(); n != 0 {
-		t.Fatalf("%d of %d calls failed across the leader's death; first: %v", n, calls.Load(), firstErr.Load())
+	calls, failed, firstErr := l.end()
+	if n := failed; n != 0 {
+		t.Fatalf("%d of %d calls failed across the leader's death; first: %v", n, calls, firstErr)
 	}
-	if calls.Load() < 100 {
-		t.Fatalf("only %d calls across the failover", calls.Load())
+	if calls < 100 {
+		t.Fatalf("only %d calls across the failover", calls)
 	}
 	leasesAfter := leases(ctx, t, etcd)
 	for key, lease := range leasesBefore {
@@ -103,7 +81,7 @@ func TestEtcdLeaderKilled(t *testing.T) {
 			t.Errorf("%s: lease %x before the failover, %x after: the provider lost its lease", key, lease, leasesAfter[key])
 		}
 	}
-	t.Logf("%d calls, none failed, across the leader's kill -9", calls.Load())
+	t.Logf("%d calls, none failed, across the leader's kill -9", calls)
 }
 
 // leases returns every instance key under /services with its lease.
@@ -177,26 +155,7 @@ func TestZooKeeperNodeKilled(t *testing.T) {
 		t.Fatalf("ZooKeeper holds %d instance nodes, want 2: %v", len(ownersBefore), ownersBefore)
 	}
 
-	var calls, failed atomic.Int64
-	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				calls.Add(1)
-				if _, err := call(ctx, c, "echo"); err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-				}
-			}
-		})
-	}
+	l := startLoad(ctx, c, 8)
 	e.Members[held].Kill()
 	// Past the 2 s session timeout: a session the failover lost would
 	// have expired by now, and its nodes been made again by a new one.
@@ -205,13 +164,12 @@ func TestZooKeeperNodeKilled(t *testing.T) {
 	seen := time.Now()
 	waitInstancesWithin(ctx, t, c, 3, 2*time.Second)
 	t.Logf("the third provider reached the client %v after it registered", time.Since(seen).Round(time.Millisecond))
-	close(stop)
-	wg.Wait()
-	if n := failed.Load(); n != 0 {
-		t.Fatalf("%d of %d calls failed across the node's death; first: %v", n, calls.Load(), firstErr.Load())
+	calls, failed, firstErr := l.end()
+	if n := failed; n != 0 {
+		t.Fatalf("%d of %d calls failed across the node's death; first: %v", n, calls, firstErr)
 	}
-	if calls.Load() < 100 {
-		t.Fatalf("only %d calls across the failover", calls.Load())
+	if calls < 100 {
+		t.Fatalf("only %d calls across the failover", calls)
 	}
 	ownersAfter := ephemeralOwners(t, conn, "/services/"+probeDesc.Name)
 	for node, owner := range ownersBefore {
@@ -219,7 +177,7 @@ func TestZooKeeperNodeKilled(t *testing.T) {
 			t.Errorf("%s: owned by session %x before the failover, %x after: the provider lost its session", node, owner, ownersAfter[node])
 		}
 	}
-	t.Logf("%d calls, none failed, across the kill -9 of node %d", calls.Load(), held+1)
+	t.Logf("%d calls, none failed, across the kill -9 of node %d", calls, held+1)
 }
 
 // ephemeralOwners returns the session that owns each child of parent.

@@ -113,28 +113,7 @@ func TestRegistryOutage(t *testing.T) {
 			}
 
 			rs.kill()
-			var calls, failed atomic.Int64
-			var firstErr atomic.Value
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						calls.Add(1)
-						if _, err := call(ctx, c, "echo"); err != nil {
-							failed.Add(1)
-							firstErr.CompareAndSwap(nil, err)
-						}
-					}
-				}()
-			}
+			l := startLoad(ctx, c, 4)
 			// Meanwhile a new client process starts with the snapshot
 			// file while the registry is down.
 			out, err := snapshotClient(ctx, rs.url, snapshot)
@@ -142,15 +121,14 @@ func TestRegistryOutage(t *testing.T) {
 				t.Errorf("new client process during the outage: %v\n%s", err, out)
 			}
 			time.Sleep(outage) // the length of the outage under test, not a synchronisation
-			close(stop)
-			wg.Wait()
-			if failed.Load() != 0 {
-				t.Fatalf("%d of %d calls failed while the registry was down; first: %v", failed.Load(), calls.Load(), firstErr.Load())
+			calls, failed, firstErr := l.end()
+			if failed != 0 {
+				t.Fatalf("%d of %d calls failed while the registry was down; first: %v", failed, calls, firstErr)
 			}
-			if calls.Load() < 100 {
-				t.Fatalf("only %d calls during the outage", calls.Load())
+			if calls < 100 {
+				t.Fatalf("only %d calls during the outage", calls)
 			}
-			t.Logf("%d calls, none failed, during a %v outage", calls.Load(), outage)
+			t.Logf("%d calls, none failed, during a %v outage", calls, outage)
 
 			// The registry comes back: a third instance becomes visible.
 			rs.restart(t)
@@ -549,4 +527,42 @@ func TestRetryBudgetWhenServiceDown(t *testing.T) {
 	if obs.retries.Load() == 0 {
 		t.Fatal("no retries at all: the test proves nothing")
 	}
+}
+
+// callLoad is n goroutines calling the probe back to back until end.
+type callLoad struct {
+	calls, failed atomic.Int64
+	firstErr      atomic.Value
+	stop          chan struct{}
+	wg            sync.WaitGroup
+}
+
+// startLoad starts n callers of c.
+func startLoad(ctx context.Context, c *proxy.Client, n int) *callLoad {
+	l := &callLoad{stop: make(chan struct{})}
+	for range n {
+		l.wg.Go(func() {
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				l.calls.Add(1)
+				if _, err := call(ctx, c, "echo"); err != nil {
+					l.failed.Add(1)
+					l.firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		})
+	}
+	return l
+}
+
+// end stops the callers and returns the calls made, those that failed
+// and the first failure.
+func (l *callLoad) end() (calls, failed int64, firstErr any) {
+	close(l.stop)
+	l.wg.Wait()
+	return l.calls.Load(), l.failed.Load(), l.firstErr.Load()
 }
