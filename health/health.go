@@ -1,0 +1,40 @@
+// Package health defines dabb's health service on the wire: its name, its
+// method and its messages. Every dabb.Server serves it; dabb.Server's
+// SetServing and Shutdown change what it answers.
+//
+// The service is called like any other, with the JSON codec:
+//
+//	dabb.Health/Check {"service":"inventory.Inventory"} → {"status":"serving"}
+//
+// An empty service asks about the server as a whole.
+package health
+
+// ServiceName is the health service's name on the wire.
+const ServiceName = "dabb.Health"
+
+// MethodCheck is the method that answers one service's status.
+const MethodCheck = "Check"
+
+// Status is a service's health, as Check answers it.
+type Status string
+
+const (
+	// Serving: the service is registered and takes calls.
+	Serving Status = "serving"
+	// NotServing: the service is registered but refuses calls for now,
+	// because the server is shutting down or the application said so.
+	NotServing Status = "not serving"
+	// Unknown: the server has no such service.
+	Unknown Status = "unknown"
+)
+
+// CheckRequest asks for one service's status.
+type CheckRequest struct {
+	// Service is the service's name; empty for the server as a whole.
+	Service string `json:"service,omitempty"`
+}
+
+// CheckReply answers a CheckRequest.
+type CheckReply struct {
+	Status Status `json:"status"`
+}
