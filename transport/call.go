@@ -137,6 +137,12 @@ func (c *clientConn) write(ctx context.Context, req *protocol.Message, remaining
 }
 
 func (c *clientConn) writeError(queued bool, err error) error {
+	if refused := c.refusedErr(); refused != nil {
+		// The reader saw the server refuse the connection (a TLS 1.3
+		// client certificate is checked after the client's handshake
+		// ends) and closed it under this write. The server read nothing.
+		return protocol.NotSent(protocol.StatusChannelInactive, "cannot connect", refused)
+	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		if !queued { // it waited for its turn to write
 			return protocol.ContextError(err, false)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -427,5 +428,45 @@ func TestClientSendsCancel(t *testing.T) {
 	}
 	if n := p.pendingLen(addr); n != 0 {
 		t.Errorf("pending table holds %d calls, want 0", n)
+	}
+}
+
+// TestWriteCutByARefusalIsNotSent: a connection the server refused before
+// reading a request (a TLS 1.3 server checks the client's certificate
+// after the client's handshake ended) may be closed by its reader while a
+// caller is writing on it. That write fails not sent: the server read
+// nothing. A write cut by any other close may have reached the server.
+func TestWriteCutByARefusalIsNotSent(t *testing.T) {
+	p := newPool(t, Config{})
+	e, err := p.endpoint("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		refused bool
+	}{{"refused", true}, {"lost", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer b.Close()
+			c := newClientConn(e, a)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.roundTrip(context.Background(), newRequest(strings.Repeat("x", 1<<20)), time.Time{})
+				errc <- err
+			}()
+			// Reading the header proves the write began; the pipe then
+			// holds the rest of it.
+			if _, err := io.ReadFull(b, make([]byte, protocol.HeaderLen)); err != nil {
+				t.Fatal(err)
+			}
+			cause := errors.New("remote error: tls: unknown certificate authority")
+			c.closeWith(cause, tt.refused)
+			err := waitFor(t, errc, "the call cut by the close")
+			pe := wantStatus(t, err, protocol.StatusChannelInactive, false, tt.refused)
+			if tt.refused && !errors.Is(pe, cause) {
+				t.Errorf("err = %v, want it to carry the refusal", err)
+			}
+		})
 	}
 }

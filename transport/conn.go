@@ -42,7 +42,10 @@ type clientConn struct {
 	mu      sync.Mutex       // guards the fields below and moves of state
 	pending map[uint64]*call // two-way calls waiting for their response
 	err     error            // why the connection closed: the first cause
-	hb      *time.Timer      // the heartbeat timer; nil once closed
+	// refused says the server refused the connection before reading a
+	// request (closeWith's notSent): nothing written on it was read.
+	refused bool
+	hb      *time.Timer // the heartbeat timer; nil once closed
 }
 
 func newClientConn(ep *endpoint, nc net.Conn) *clientConn {
@@ -117,6 +120,7 @@ func (c *clientConn) closeWith(err error, notSent bool) {
 		return
 	}
 	c.err = err
+	c.refused = notSent
 	pend := c.pending
 	c.pending = nil
 	if c.hb != nil {
@@ -135,6 +139,17 @@ func (c *clientConn) closeWith(err error, notSent bool) {
 	}
 	c.ep.detach(c)
 	c.ep.p.log.Debug("transport: connection closed", "addr", c.ep.addr, "err", err)
+}
+
+// refusedErr returns why c closed when the server refused it before
+// reading a request, else nil.
+func (c *clientConn) refusedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.refused {
+		return nil
+	}
+	return c.err
 }
 
 // closeErr returns why c closed; valid after a nil was received from a
