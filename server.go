@@ -62,6 +62,13 @@ func NewServer(opts ...Option) *Server {
 	if tc.Logger == nil {
 		tc.Logger = s.log
 	}
+	if tc.Serializations == nil {
+		// A request in a serialization that is no codec of dabb's is
+		// answered before its body is parsed: a Dubbo peer's hessian2 body
+		// would otherwise be read as dabb's layout. One of dabb's codecs
+		// not imported here is answered by ServeRPC, with what to import.
+		tc.Serializations = codec.Known
+	}
 	s.ts = transport.NewServer(s, tc)
 	return s
 }
@@ -200,16 +207,6 @@ func (s *Server) Close() error {
 // service or method, or in a serialization not imported, is refused before
 // the interceptors.
 func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
-	svc := (*s.services.Load())[req.Service]
-	if svc == nil {
-		setError(resp, protocol.StatusServiceNotFound, "service "+req.Service+" not found")
-		return
-	}
-	m := svc.methods[req.Method]
-	if m == nil {
-		setError(resp, protocol.StatusServiceNotFound, "method "+req.Service+"."+req.Method+" not found")
-		return
-	}
 	id := req.Header.Flags().Serialization()
 	c, err := codec.ByID(id)
 	if err != nil {
@@ -218,6 +215,16 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 				"service", req.Service, "method", req.Method, "err", err)
 		}
 		setError(resp, protocol.StatusBadRequest, err.Error())
+		return
+	}
+	svc := (*s.services.Load())[req.Service]
+	if svc == nil {
+		setError(resp, protocol.StatusServiceNotFound, "service "+req.Service+" not found")
+		return
+	}
+	m := svc.methods[req.Method]
+	if m == nil {
+		setError(resp, protocol.StatusServiceNotFound, "method "+req.Service+"."+req.Method+" not found")
 		return
 	}
 	if (req.Attachments != nil || req.IdempotencyKey != "") && transport.Request(ctx) != req {

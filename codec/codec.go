@@ -91,6 +91,21 @@ func ByID(id byte) (Codec, error) {
 	return nil, fmt.Errorf("%w: id %d", ErrUnknown, id)
 }
 
+// Known reports whether id is a codec that is registered, or one of dabb's
+// own that the program did not import. Any other id is no codec of dabb's:
+// a peer that sends it speaks another protocol (a Dubbo peer's hessian2).
+func Known(id byte) bool {
+	if id < 32 && current.Load().byID[id] != nil {
+		return true
+	}
+	for _, k := range known {
+		if k.id == id {
+			return true
+		}
+	}
+	return false
+}
+
 // known names the packages of dabb's own codecs, for the error of a
 // process that receives or asks for one it did not import.
 var known = []struct {

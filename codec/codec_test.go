@@ -205,3 +205,23 @@ func TestUnknownNameNamesItsPackage(t *testing.T) {
 		t.Errorf("ByName(yaml) = %v; want a plain ErrUnknown", err)
 	}
 }
+
+// TestKnown: registered codecs and dabb's own not imported are known; the
+// ids of other protocols' serializations (hessian2, fastjson) are not.
+func TestKnown(t *testing.T) {
+	c := fake{id: freeID(t), name: fakeName(t)}
+	if codec.Known(c.id) {
+		t.Fatalf("Known(%d) before its Register", c.id)
+	}
+	codec.Register(c)
+	for _, id := range []byte{c.id, 16, 22} {
+		if !codec.Known(id) {
+			t.Errorf("Known(%d) = false, want true", id)
+		}
+	}
+	for _, id := range []byte{2, 6, 200} {
+		if codec.Known(id) {
+			t.Errorf("Known(%d) = true: no codec of dabb's has it", id)
+		}
+	}
+}

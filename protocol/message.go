@@ -260,7 +260,7 @@ func appendBytes(dst []byte, b []byte) []byte {
 // maxBody (0 means DefaultMaxBody) before allocating anything for it.
 // See [Reader] for a reader that also interns names.
 func ReadMessage(r *bufio.Reader, m *Message, maxBody uint32) error {
-	return readMessage(r, m, maxBody, nil, nil)
+	return readMessage(r, m, maxBody, nil, nil, nil)
 }
 
 // Reader reads frames from one connection. It interns service and method
@@ -273,6 +273,7 @@ type Reader struct {
 	recent [4]string
 	next   int // the slot of recent to fill next
 	budget Budget
+	known  func(serialization byte) bool
 }
 
 // maxInterned bounds the entries of the intern table, and maxInternedLen
@@ -291,8 +292,15 @@ func NewReader(br *bufio.Reader, maxBody uint32) *Reader {
 
 // Read reads one frame into m; its errors are those of ReadMessage.
 func (r *Reader) Read(m *Message) error {
-	return readMessage(r.br, m, r.maxBody, r.intern, r.budget)
+	return readMessage(r.br, m, r.maxBody, r.intern, r.budget, r.known)
 }
+
+// SetSerializations makes r refuse a request or response whose
+// serialization id known rejects. Read then discards its body unread and
+// returns an error wrapping ErrUnknownSerialization that names the id;
+// the header (m.Header) names the frame to answer. Events are not asked
+// about: Dubbo writes them in hessian2. Nil (the default) accepts every id.
+func (r *Reader) SetSerializations(known func(serialization byte) bool) { r.known = known }
 
 func (r *Reader) intern(b []byte) string {
 	if len(b) > maxInternedLen {
@@ -341,7 +349,7 @@ const BudgetMin = 64 << 10
 // So a peer that claims a large length and sends little costs little.
 const minGrow = 8 << 10
 
-func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte) string, budget Budget) error {
+func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte) string, budget Budget, known func(byte) bool) error {
 	if maxBody == 0 {
 		maxBody = DefaultMaxBody
 	}
@@ -359,6 +367,19 @@ func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte
 	if n > maxBody {
 		m.buf = buf
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, n, maxBody)
+	}
+	if f := m.Header.Flags(); known != nil && !f.IsEvent() && !known(f.Serialization()) {
+		// Another protocol's body (a Dubbo peer's hessian2) costs no
+		// buffer: it is skipped, not parsed as dabb's layout.
+		m.buf = buf
+		if _, err := r.Discard(int(n)); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		id := f.Serialization()
+		return fmt.Errorf("%w: %s (id %d), frame id %d", ErrUnknownSerialization, SerializationName(id), id, m.Header.ID())
 	}
 	var err error
 	buf, err = readBody(r, buf, int(n), budget)

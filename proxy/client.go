@@ -94,6 +94,9 @@ func NewClient(r registry.Registry, opts ...Option) (*Client, error) {
 		}
 	}
 	c.opts.transport.ServerName = c.serverName(c.opts.transport.ServerName)
+	if c.opts.transport.Serializations == nil {
+		c.opts.transport.Serializations = codec.Known
+	}
 	c.pool = transport.NewPool(c.opts.transport)
 	c.cache = registry.NewCache(r, c.opts.cache)
 	c.opts.retry = c.opts.retry.withDefaults()

@@ -56,6 +56,13 @@ type Config struct {
 	// Default protocol.DefaultMaxBody.
 	MaxBody uint32
 
+	// Serializations, when set, says which serialization ids responses
+	// may come in. A response in another one shows a peer that is not a
+	// dabb server (a Dubbo provider answering in hessian2): its call fails
+	// with a local 50 naming the serialization, and the connection closes.
+	// proxy.Client sets it to the codecs dabb has. Default nil: every id.
+	Serializations func(id byte) bool
+
 	// Dial opens a connection. Default: a net.Dialer over TCP.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 

@@ -259,6 +259,7 @@ func (c *clientConn) readLoop() {
 	defer c.ep.p.wg.Done()
 	br := bufio.NewReaderSize(c.live.source(c.nc), readBufferSize)
 	rd := protocol.NewReader(br, c.ep.p.cfg.MaxBody)
+	rd.SetSerializations(c.ep.p.cfg.Serializations)
 	// The first bytes tell whether the server took the connection at all.
 	b, err := br.Peek(2)
 	if refused := refusedError(c.ep.addr, c.ep.p.cfg.TLS != nil, b, err); refused != nil {
@@ -272,6 +273,11 @@ func (c *clientConn) readLoop() {
 			if errors.Is(err, protocol.ErrBodyTooLarge) && c.skipResponse(br, m, err) {
 				putMessage(m)
 				continue
+			}
+			if errors.Is(err, protocol.ErrUnknownSerialization) {
+				c.foreign(m, err)
+				putMessage(m)
+				return
 			}
 			putMessage(m)
 			c.close(readError(c.ep.addr, err))
@@ -297,6 +303,23 @@ func (c *clientConn) readLoop() {
 			c.closeDrained() // the read then fails and the loop ends
 		}
 	}
+}
+
+// foreign fails the call of a frame in a serialization dabb does not
+// have, and closes the connection: the peer is not a dabb server.
+func (c *clientConn) foreign(m *protocol.Message, err error) {
+	id := m.Header.Flags().Serialization()
+	err = fmt.Errorf("transport: %s is not a dabb server: it sent a frame in serialization %s (id %d), status %d: %w",
+		c.ep.addr, protocol.SerializationName(id), id, m.Header.Status(), err)
+	if m.Header.Flags().IsRequest() {
+		c.close(err)
+		return
+	}
+	if cl, ok, _ := c.take(m.Header.ID()); ok {
+		cl.err = &protocol.Error{Status: protocol.StatusBadResponse, Msg: err.Error(), Err: err}
+		cl.ch <- nil
+	}
+	c.close(err)
 }
 
 func readError(addr string, err error) error {

@@ -293,3 +293,36 @@ func TestConnState(t *testing.T) {
 		}
 	})
 }
+
+// TestForeignPeerNamed: a peer that answers in a serialization dabb does
+// not have (a Dubbo provider answering 40 in hessian2) is not a dabb
+// server. The call fails with a local 50 that names the serialization and
+// says so, and the connection closes.
+func TestForeignPeerNamed(t *testing.T) {
+	addr, conns := rawServer(t)
+	p := newPool(t, Config{Serializations: func(id byte) bool { return id == 22 }})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.RoundTrip(testCtx(t), addr, newRequest("hello"))
+		errc <- err
+	}()
+	c := waitFor(t, conns, "the client's connection")
+	var h protocol.Header
+	if _, err := io.ReadFull(c, h[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(io.Discard, c, int64(h.BodyLen())); err != nil {
+		t.Fatal(err)
+	}
+	// As a Dubbo provider answers a body it could not decode.
+	answer := protocol.AppendForeignError(nil, h.ID(), protocol.Hessian2, protocol.StatusBadRequest, "Decode rpc invocation failed")
+	if _, err := c.Write(answer); err != nil {
+		t.Fatal(err)
+	}
+	err := waitFor(t, errc, "the call")
+	pe := wantStatus(t, err, protocol.StatusBadResponse, false, false)
+	if !strings.Contains(pe.Msg, "not a dabb server") || !strings.Contains(pe.Msg, "hessian2 (id 2)") {
+		t.Fatalf("err = %v; want it to say the peer is not a dabb server and name hessian2 (id 2)", err)
+	}
+	waitNoConns(t, p, "the connection to the foreign peer to close")
+}

@@ -67,6 +67,14 @@ type ServerConfig struct {
 	// replaced by status 50. Default (zero) protocol.DefaultMaxBody.
 	MaxBody uint32
 
+	// Serializations, when set, says which serialization ids the server
+	// reads. A request in another one (a Dubbo peer's hessian2, say) is
+	// answered with status 40, its body unread. The error is written as
+	// Dubbo writes one in that serialization (protocol.AppendForeignError).
+	// dabb.Server sets it to the codecs the program imported.
+	// Default nil: every id.
+	Serializations func(id byte) bool
+
 	// HeartbeatInterval is how long a connection reads nothing before it
 	// sends a heartbeat. One silent for 3 intervals is closed.
 	// Default 60s; zero or less means the default.

@@ -205,6 +205,7 @@ func (sc *serverConn) serve() {
 	br := bufio.NewReaderSize(sc.live.source(sc.nc), readBufferSize)
 	rd := protocol.NewReader(br, s.cfg.MaxBody)
 	rd.SetBudget(connBudget{sc})
+	rd.SetSerializations(s.cfg.Serializations)
 	valid := false
 	for first := true; ; first = false {
 		call := serverCallPool.Get().(*serverCall)
@@ -218,6 +219,11 @@ func (sc *serverConn) serve() {
 				putServerCall(call)
 				sc.answerTLSClient()
 				return
+			}
+			if errors.Is(err, protocol.ErrUnknownSerialization) {
+				sc.answerForeign(&call.req)
+				putServerCall(call)
+				continue
 			}
 			if errors.Is(err, protocol.ErrMalformed) {
 				// The frame was consumed whole: answer it and go on.
@@ -364,6 +370,25 @@ func (sc *serverConn) answer(req *protocol.Message, status protocol.Status, msg 
 	m.Payload = msg
 	_, _ = sc.w.writeMessage(m, limit{})
 	m.Payload = nil
+}
+
+// answerForeign answers a request in a serialization the server does not
+// read with status 40, in words its peer can read. The peer is logged once
+// a minute.
+func (sc *serverConn) answerForeign(req *protocol.Message) {
+	f := req.Header.Flags()
+	if !f.IsRequest() {
+		return // a stray response: nothing waits for it
+	}
+	id := f.Serialization()
+	name := protocol.SerializationName(id)
+	sc.s.logPeer(sc.nc.RemoteAddr(), "transport: a request in a serialization this server does not read; answered 40",
+		"serialization", name, "id", id)
+	if !f.IsTwoWay() {
+		return
+	}
+	msg := fmt.Sprintf("this is a dabb server; it does not read serialization %s (id %d)", name, id)
+	_ = sc.w.writeFrame(protocol.AppendForeignError(nil, req.Header.ID(), id, protocol.StatusBadRequest, msg))
 }
 
 // cancelCall cancels the handler context of this connection's two-way

@@ -848,3 +848,69 @@ func TestDisconnectCancelsRunningCalls(t *testing.T) {
 	}
 	p.Release(resp)
 }
+
+// dubboRequest is a Dubbo consumer's hessian2 request, as Java Dubbo
+// writes one: the Dubbo version, the path, the service version, the
+// method, the parameter types, the arguments and the attachments map.
+func dubboRequest(id uint64) []byte {
+	var body []byte
+	for _, s := range []string{"2.0.2", "org.example.Greeter", "0.0.0", "sayHello", "Ljava/lang/String;", "world"} {
+		body = protocol.AppendHessianString(body, s)
+	}
+	body = append(body, 'H')
+	body = protocol.AppendHessianString(body, "path")
+	body = protocol.AppendHessianString(body, "org.example.Greeter")
+	body = append(body, 'Z')
+	return rawFrame(id, protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, protocol.Hessian2), body)
+}
+
+// TestForeignSerializationAnswered: a request in a serialization the
+// server does not read (a Dubbo consumer's hessian2) is answered 40
+// before its body is parsed, with the reason as a hessian2 string, as
+// Dubbo writes an error. The connection stays in step, and the peer is
+// logged once.
+func TestForeignSerializationAnswered(t *testing.T) {
+	var logs lockedBuffer
+	ts := startServer(t, echo, ServerConfig{
+		Serializations: func(id byte) bool { return id == 22 },
+		Logger:         slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	c := dialRaw(t, ts.addr)
+	br := bufio.NewReader(c)
+	for _, id := range []uint64{7, 8} {
+		if _, err := c.Write(dubboRequest(id)); err != nil {
+			t.Fatal(err)
+		}
+		var h protocol.Header
+		if _, err := io.ReadFull(br, h[:]); err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		if h.ID() != id || h.Status() != protocol.StatusBadRequest || h.Flags().IsRequest() || h.Flags().Serialization() != protocol.Hessian2 {
+			t.Fatalf("answer header % x: want a hessian2 response to %d with status 40", h[:], id)
+		}
+		body := make([]byte, h.BodyLen())
+		if _, err := io.ReadFull(br, body); err != nil {
+			t.Fatal(err)
+		}
+		msg, rest, err := protocol.DecodeHessianString(body)
+		if err != nil || len(rest) != 0 {
+			t.Fatalf("the body is not one hessian2 string (rest %q): %v", rest, err)
+		}
+		if !strings.Contains(msg, "dabb server") || !strings.Contains(msg, "hessian2 (id 2)") {
+			t.Fatalf("the answer says %q; want it to name dabb and the serialization", msg)
+		}
+	}
+	// In step: a dabb request on the same connection is served.
+	ok := newRequest("ok")
+	ok.Header.SetID(9)
+	if _, err := c.Write(protocol.AppendMessage(nil, ok)); err != nil {
+		t.Fatal(err)
+	}
+	m := readResponse(t, protocol.NewReader(br, 0), c)
+	if m.Header.ID() != 9 || m.Header.Status() != protocol.StatusOK || string(m.Payload) != "ok" {
+		t.Fatalf("after the foreign requests: id %d status %d payload %q", m.Header.ID(), m.Header.Status(), m.Payload)
+	}
+	if n := strings.Count(logs.String(), "does not read"); n != 1 {
+		t.Errorf("the server logged the peer %d times, want once:\n%s", n, logs.String())
+	}
+}

@@ -192,6 +192,18 @@ func (w *frameWriter) writeEvent(kind eventKind, id uint64) error {
 	return w.flushOrReturn()
 }
 
+// writeFrame writes a small frame already encoded, as writeEvent does.
+func (w *frameWriter) writeFrame(frame []byte) error {
+	w.mu.Lock()
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.buf = append(w.buf, frame...)
+	return w.flushOrReturn()
+}
+
 // queueEvent appends an event frame without writing it, so the caller
 // never waits on the socket. It reports whether the caller became the
 // flusher: then it must call flush, typically on another goroutine.
