@@ -15,7 +15,11 @@ import (
 // Backoff after failed dials to one address: first delay, and cap.
 const (
 	backoffMin = 50 * time.Millisecond
-	backoffMax = 5 * time.Second
+	// backoffMax bounds how late an address that comes back is dialed
+	// again. An instance that was down for a while but never left the
+	// instance list is called within a second of its return; a dial a
+	// second per dead address costs little.
+	backoffMax = time.Second
 )
 
 // endpoint is one address: its connection slots, dial state and read-only

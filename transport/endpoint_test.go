@@ -107,3 +107,32 @@ func serveAgain(t *testing.T, p *Pool, addr string, pace time.Duration) {
 		time.Sleep(pace)
 	}
 }
+
+// TestDialBackoffCap (#17): however many dials failed in a row, the next
+// one is at most a second away, so an instance that comes back after a
+// long outage without leaving the instance list is called within a
+// second of its return. The delay doubles from 50 ms up to that cap.
+func TestDialBackoffCap(t *testing.T) {
+	p := newPool(t, Config{})
+	e, err := p.endpoint("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := time.Duration(0)
+	for i := range 30 {
+		e.mu.Lock()
+		e.failedLocked(errors.New("connection refused"))
+		delay := time.Until(e.retryAt)
+		e.mu.Unlock()
+		if delay > time.Second {
+			t.Fatalf("after %d failed dials the next is %v away, want at most 1s", i+1, delay)
+		}
+		if i < 4 && delay < prev {
+			t.Fatalf("after %d failed dials the delay fell from %v to %v, want it doubling", i+1, prev, delay)
+		}
+		prev = delay
+	}
+	if prev < 900*time.Millisecond {
+		t.Errorf("after 30 failed dials the delay is %v, want the 1s cap", prev)
+	}
+}
