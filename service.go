@@ -51,6 +51,9 @@ type service struct {
 	name    string
 	impl    any
 	methods map[string]*MethodDesc
+	// builtin marks a service every Server has (health.ServiceName): it
+	// is never published, and its name cannot be registered.
+	builtin bool
 }
 
 func newService(desc *ServiceDesc, impl any) (*service, error) {
