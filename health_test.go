@@ -6,9 +6,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/health"
+	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/registry"
 	"github.com/dabbrpc/dabb/registry/static"
@@ -304,5 +306,48 @@ func TestHealthClose(t *testing.T) {
 	}
 	if _, err := check(t, c, ""); err == nil {
 		t.Error("Check after Close succeeded")
+	}
+}
+
+// TestDrainDelay: with WithDrainDelay, a server that began its Shutdown
+// keeps accepting and serving for the delay after its withdrawal. A new
+// client connecting then reads not serving from the health service and
+// its calls still succeed. Shutdown returns after the delay and the drain.
+func TestDrainDelay(t *testing.T) {
+	const delay = 2 * time.Second
+	s, addr := startServer(t, newProbe(), dabb.WithDrainDelay(delay))
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		done <- s.Shutdown(ctx)
+	}()
+	// A client that connects after Shutdown began, as an operator's does.
+	first, _ := newHealthClient(t, addr)
+	wait.Until(t, testTimeout, time.Millisecond, "Check to answer not serving", func() bool {
+		st, err := check(t, first, "")
+		return err == nil && st == health.NotServing
+	})
+	if time.Since(began) < delay {
+		late, _ := newHealthClient(t, addr)
+		wantStatus(t, late, probeDesc.Name, health.NotServing)
+		c := newClient(t, addr)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		if _, err := call(ctx, c, "echo"); err != nil && time.Since(began) < delay {
+			t.Fatalf("a call during the drain delay: %v", err)
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		if took := time.Since(began); took < delay {
+			t.Fatalf("Shutdown returned after %v, before its %v drain delay", took, delay)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Shutdown did not return")
 	}
 }

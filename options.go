@@ -23,6 +23,7 @@ type options struct {
 	metadata   map[string]string
 	regTimeout time.Duration
 	lazy       bool // WithRegistryCheck(false)
+	drainDelay time.Duration
 
 	interceptors []Interceptor
 }
@@ -104,3 +105,13 @@ func WithInterceptor(is ...Interceptor) Option {
 		}
 	}
 }
+
+// WithDrainDelay makes Shutdown wait d after it withdrew the server from
+// the registry, before it stops accepting and tells clients it is
+// read-only. Meanwhile the server serves as before, and its health
+// service answers not serving. Clients that learn of the withdrawal from
+// the registry stop choosing the server on their own, and probes and
+// operators see it leave. The wait ends early when Shutdown's ctx does.
+// Default 0: no wait. Dubbo's providers and a Kubernetes preStop hook
+// wait likewise.
+func WithDrainDelay(d time.Duration) Option { return func(o *options) { o.drainDelay = max(d, 0) } }

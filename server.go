@@ -32,6 +32,9 @@ type Server struct {
 	ts     *transport.Server
 	pub    *publisher
 	health healthState
+	// drainDelay is WithDrainDelay's wait between the withdrawal and the
+	// transport's shutdown.
+	drainDelay time.Duration
 
 	services atomic.Pointer[map[string]*service] // copied on write, under mu
 	mu       sync.Mutex                          // serializes the copies of services
@@ -52,7 +55,7 @@ func NewServer(opts ...Option) *Server {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Server{log: o.logger}
+	s := &Server{log: o.logger, drainDelay: o.drainDelay}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -178,9 +181,10 @@ func (s *Server) ListenAndServe(addr string) error {
 
 // Shutdown stops the server gracefully. First the health service answers
 // not serving for every service, and Ready fails. Shutdown then withdraws
-// the instances from the registry, so clients stop choosing it. It then
-// stops accepting, tells clients it is read-only, lets in-flight calls
-// finish and closes the connections. Live holds until Shutdown returns.
+// the instances from the registry, so clients stop choosing it. After
+// WithDrainDelay's wait, if one was given, it stops accepting, tells
+// clients it is read-only, lets in-flight calls finish and closes the
+// connections. Live holds until Shutdown returns.
 //
 // Each instance's withdrawal takes at most 5 s, and the whole at most ctx.
 // A registry that does not answer thus leaves the rest of ctx to the
@@ -198,6 +202,14 @@ func (s *Server) ListenAndServe(addr string) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.beginStop(true)
 	werr := s.pub.withdraw(ctx)
+	if s.drainDelay > 0 {
+		t := time.NewTimer(s.drainDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
 	err := join(werr, s.ts.Shutdown(ctx))
 	s.health.stopped.Store(true)
 	return err
