@@ -28,6 +28,11 @@ type MethodDesc struct {
 	// Timeout records //dabb:timeout (zero for the client's default); as
 	// with Idempotent, the stub's call option is what takes effect.
 	Timeout time.Duration
+	// Request and Response are typed nil pointers to the method's request
+	// and response messages, e.g. (*pb.DeductRequest)(nil). Reflection
+	// reads their types; nothing else does. Nil leaves the type unknown
+	// to reflection; the method is served all the same.
+	Request, Response any
 	// Handler runs the method.
 	Handler MethodHandler
 }
