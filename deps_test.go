@@ -13,13 +13,24 @@ import (
 // Subpackages of codec and registry may also import their parent. DO NOT
 // CHANGE THIS TABLE TO FIX A BUILD: fix the import.
 var allowed = map[string][]string{
-	"protocol":  {},
-	"codec":     {},
-	"registry":  {},
-	"balancer":  {"registry"},
-	"transport": {"protocol"},
-	"proxy":     {"protocol", "codec", "codec/proto", "registry", "balancer", "transport"},
-	"":          {"protocol", "codec", "registry", "transport"},
+	"protocol":     {},
+	"codec":        {},
+	"registry":     {},
+	"balancer":     {"registry"},
+	"transport":    {"protocol"},
+	"proxy":        {"protocol", "codec", "codec/proto", "registry", "balancer", "transport"},
+	"health":       {},
+	"health/probe": {},
+	"":             {"protocol", "codec", "codec/json", "registry", "transport", "health"},
+}
+
+// unlinked lists, for a library package, the standard packages it must
+// not link, directly or not. The HTTP probes live in health/probe, so a
+// program that mounts none links no HTTP server; health holds only the
+// wire names the root package imports.
+var unlinked = map[string][]string{
+	"":       {"net/http"},
+	"health": {"net/http"},
 }
 
 const module = "github.com/dabbrpc/dabb"
@@ -62,6 +73,9 @@ func TestImportDirection(t *testing.T) {
 		}
 		checked++
 		for _, d := range p.Deps {
+			if contains(unlinked[rel], d) {
+				t.Errorf("%s links %s, which it must not (see unlinked)", p.ImportPath, d)
+			}
 			if !strings.HasPrefix(d, module) {
 				continue
 			}

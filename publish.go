@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dabbrpc/dabb/registry"
@@ -42,6 +43,8 @@ type publisher struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	serving []string // advertised addresses of running Serves; guarded by sem
+	// nserving is len(serving), for Ready, which must not wait for sem.
+	nserving atomic.Int32
 
 	mu        sync.Mutex          // guards published
 	published []registry.Instance // nothing joins it once ctx ended
@@ -222,6 +225,9 @@ func (p *publisher) publishAt(ctx context.Context, adv string) error {
 	var mine []registry.Instance
 	var err error
 	for _, svc := range p.services() {
+		if svc.builtin {
+			continue
+		}
 		var in []registry.Instance
 		in, err = p.register(ctx, svc, []string{adv})
 		mine = append(mine, in...)
@@ -233,6 +239,7 @@ func (p *publisher) publishAt(ctx context.Context, adv string) error {
 		return err
 	}
 	p.serving = append(p.serving, adv)
+	p.nserving.Store(int32(len(p.serving)))
 	return nil
 }
 
@@ -298,6 +305,7 @@ func (p *publisher) unpublish(adv string) error {
 	p.sem <- struct{}{} // its holders are bounded by the registry timeout
 	if i := slices.Index(p.serving, adv); i >= 0 {
 		p.serving = slices.Delete(p.serving, i, i+1)
+		p.nserving.Store(int32(len(p.serving)))
 	}
 	var gone []registry.Instance
 	// Unless another Serve advertises the same address and still runs.
@@ -372,6 +380,12 @@ func (p *publisher) deregister(ctx context.Context, ins []registry.Instance) err
 		}
 	}
 	return join(errs...)
+}
+
+// listed reports whether serves running Serves have all published every
+// service, as far as publishing knows: always, without a registry.
+func (p *publisher) listed(serves int32) bool {
+	return p.reg == nil || p.nserving.Load() >= serves
 }
 
 // advertiseAddr picks the address to publish: the configured one, else the

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dabbrpc/dabb/codec"
+	"github.com/dabbrpc/dabb/health"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/transport"
 )
@@ -27,9 +28,10 @@ var ErrServerClosed = transport.ErrServerClosed
 //	inventory.RegisterInventoryServer(s, impl)
 //	err := s.ListenAndServe("127.0.0.1:20880")
 type Server struct {
-	log *slog.Logger
-	ts  *transport.Server
-	pub *publisher
+	log    *slog.Logger
+	ts     *transport.Server
+	pub    *publisher
+	health healthState
 
 	services atomic.Pointer[map[string]*service] // copied on write, under mu
 	mu       sync.Mutex                          // serializes the copies of services
@@ -42,7 +44,9 @@ type Server struct {
 	unknownCodec [32]atomic.Bool
 }
 
-// NewServer returns a server configured by opts. It does no I/O.
+// NewServer returns a server configured by opts. It does no I/O. The
+// server already serves the built-in health service (health.ServiceName),
+// which is never published to the registry.
 func NewServer(opts ...Option) *Server {
 	o := options{regTimeout: 5 * time.Second}
 	for _, opt := range opts {
@@ -52,8 +56,8 @@ func NewServer(opts ...Option) *Server {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	empty := map[string]*service{}
-	s.services.Store(&empty)
+	builtins := map[string]*service{health.ServiceName: s.healthService()}
+	s.services.Store(&builtins)
 	s.pub = newPublisher(&o, s.log, func() map[string]*service { return *s.services.Load() })
 	s.decoders.New = func() any { d := &decoder{}; d.fn = d.decode; return d }
 	s.chain = o.interceptors
@@ -67,7 +71,8 @@ func NewServer(opts ...Option) *Server {
 }
 
 // RegisterService adds a service. Generated RegisterXServer functions call
-// it. Registering the same service name twice is an error.
+// it. Registering the same service name twice is an error, and so is
+// registering the name of a built-in service (health.ServiceName).
 //
 // A service registered while the server is serving is published at once,
 // at every address it serves. Each Register is bounded by the registry
@@ -83,7 +88,10 @@ func (s *Server) RegisterService(desc *ServiceDesc, impl any) error {
 	return s.pub.addService(svc,
 		func() error {
 			return s.swapServices(func(m map[string]*service) error {
-				if _, dup := m[svc.name]; dup {
+				if old, dup := m[svc.name]; dup {
+					if old.builtin {
+						return fmt.Errorf("dabb: register service %s: the name is taken by a service every dabb server has built in", svc.name)
+					}
 					return fmt.Errorf("dabb: register service %s: already registered", svc.name)
 				}
 				m[svc.name] = svc
@@ -127,6 +135,8 @@ func (s *Server) swapServices(edit func(map[string]*service) error) error {
 // an address nobody answers at. If that withdrawal fails too, Serve
 // returns both errors joined.
 func (s *Server) Serve(l net.Listener) error {
+	s.health.serves.Add(1)
+	defer s.health.serves.Add(-1)
 	pub, err := s.pub.open(l.Addr())
 	if err != nil {
 		l.Close()
@@ -159,10 +169,11 @@ func (s *Server) ListenAndServe(addr string) error {
 	return s.Serve(l)
 }
 
-// Shutdown stops the server gracefully. It withdraws the instances from
-// the registry, so clients stop choosing it. It then stops accepting,
-// tells clients it is read-only, lets in-flight calls finish and closes
-// the connections.
+// Shutdown stops the server gracefully. First the health service answers
+// not serving for every service, and Ready fails. Shutdown then withdraws
+// the instances from the registry, so clients stop choosing it. It then
+// stops accepting, tells clients it is read-only, lets in-flight calls
+// finish and closes the connections. Live holds until Shutdown returns.
 //
 // Each instance's withdrawal takes at most 5 s, and the whole at most ctx.
 // A registry that does not answer thus leaves the rest of ctx to the
@@ -178,16 +189,22 @@ func (s *Server) ListenAndServe(addr string) error {
 // withdrawing failed. When both happened, as when ctx ends during the
 // withdrawal, it returns the two joined, and errors.Is finds each.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.beginStop(true)
 	werr := s.pub.withdraw(ctx)
-	return join(werr, s.ts.Shutdown(ctx))
+	err := join(werr, s.ts.Shutdown(ctx))
+	s.health.stopped.Store(true)
+	return err
 }
 
 // Close stops the server at once. Listeners and connections close, and
 // running handlers see their contexts cancelled. Close does not wait for
-// them to return, unless transport.ServerConfig.WaitForHandlers is set. It
-// first withdraws the published instances, within one second, and
-// returns the withdrawal's error, or nil.
+// them to return, unless transport.ServerConfig.WaitForHandlers is set.
+// The health service answers not serving, and Live and Ready fail, from
+// the moment Close is called. It first withdraws the published instances,
+// within one second, and returns the withdrawal's error, or nil.
 func (s *Server) Close() error {
+	s.beginStop(false)
+	s.health.stopped.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	werr := s.pub.withdraw(ctx)

@@ -28,6 +28,11 @@ type MethodDesc struct {
 	// Timeout records //dabb:timeout (zero for the client's default); as
 	// with Idempotent, the stub's call option is what takes effect.
 	Timeout time.Duration
+	// Request and Response are typed nil pointers to the method's request
+	// and response messages, e.g. (*pb.DeductRequest)(nil). Reflection
+	// reads their types; nothing else does. Nil leaves the type unknown
+	// to reflection; the method is served all the same.
+	Request, Response any
 	// Handler runs the method.
 	Handler MethodHandler
 }
@@ -51,6 +56,9 @@ type service struct {
 	name    string
 	impl    any
 	methods map[string]*MethodDesc
+	// builtin marks a service every Server has (health.ServiceName): it
+	// is never published, and its name cannot be registered.
+	builtin bool
 }
 
 func newService(desc *ServiceDesc, impl any) (*service, error) {

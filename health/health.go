@@ -1,12 +1,15 @@
 // Package health defines dabb's health service on the wire: its name, its
 // method and its messages. Every dabb.Server serves it; dabb.Server's
-// SetServing and Shutdown change what it answers.
+// SetServing and Shutdown change what it answers. Package health/probe
+// serves a server's liveness and readiness over HTTP, for Kubernetes-style
+// probes.
 //
 // The service is called like any other, with the JSON codec:
 //
 //	dabb.Health/Check {"service":"inventory.Inventory"} → {"status":"serving"}
 //
-// An empty service asks about the server as a whole.
+// An empty service asks about the server as a whole. The request is a JSON
+// object: {} asks about the server as a whole too.
 package health
 
 // ServiceName is the health service's name on the wire.
@@ -19,10 +22,12 @@ const MethodCheck = "Check"
 type Status string
 
 const (
-	// Serving: the service is registered and takes calls.
+	// Serving: the service is registered and the server is not shutting
+	// down.
 	Serving Status = "serving"
-	// NotServing: the service is registered but refuses calls for now,
-	// because the server is shutting down or the application said so.
+	// NotServing: the service is registered, but the server is shutting
+	// down or the application said so (dabb.Server.SetServing). Check
+	// only reports it: calls are still run until the server drains.
 	NotServing Status = "not serving"
 	// Unknown: the server has no such service.
 	Unknown Status = "unknown"
