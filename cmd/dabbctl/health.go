@@ -4,8 +4,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,6 +195,11 @@ func (c *checker) check(ctx context.Context, in registry.Instance, service strin
 	var reply health.CheckReply
 	err = cl.Invoke(ctx, health.ServiceName, health.MethodCheck, &health.CheckRequest{Service: service}, &reply, proxy.Timeout(c.timeout))
 	if err != nil {
+		if errors.Is(err, proxy.ErrNotSent) && strings.Contains(err.Error(), "shutting down") {
+			// The server refused the check unsent because it drains:
+			// what its health service would say, could it answer.
+			return checkResult{status: health.NotServing}
+		}
 		return checkResult{err: fmt.Errorf("%s/%s at %s: %w", health.ServiceName, health.MethodCheck, in.Addr, err)}
 	}
 	switch reply.Status {
