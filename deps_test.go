@@ -13,13 +13,14 @@ import (
 // Subpackages of codec and registry may also import their parent. DO NOT
 // CHANGE THIS TABLE TO FIX A BUILD: fix the import.
 var allowed = map[string][]string{
-	"protocol":  {},
-	"codec":     {},
-	"registry":  {},
-	"balancer":  {"registry"},
-	"transport": {"protocol"},
-	"proxy":     {"protocol", "codec", "codec/proto", "registry", "balancer", "transport"},
-	"":          {"protocol", "codec", "registry", "transport"},
+	"protocol":   {},
+	"codec":      {},
+	"registry":   {},
+	"balancer":   {"registry"},
+	"transport":  {"protocol"},
+	"reflection": {},
+	"proxy":      {"protocol", "codec", "codec/proto", "codec/json", "registry", "balancer", "transport", "reflection"},
+	"":           {"protocol", "codec", "codec/json", "registry", "transport", "reflection"},
 }
 
 const module = "github.com/dabbrpc/dabb"

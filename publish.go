@@ -222,6 +222,9 @@ func (p *publisher) publishAt(ctx context.Context, adv string) error {
 	var mine []registry.Instance
 	var err error
 	for _, svc := range p.services() {
+		if svc.builtin {
+			continue
+		}
 		var in []registry.Instance
 		in, err = p.register(ctx, svc, []string{adv})
 		mine = append(mine, in...)

@@ -54,6 +54,9 @@ func NewServer(opts ...Option) *Server {
 	}
 	empty := map[string]*service{}
 	s.services.Store(&empty)
+	if !o.noReflection {
+		s.installReflection()
+	}
 	s.pub = newPublisher(&o, s.log, func() map[string]*service { return *s.services.Load() })
 	s.decoders.New = func() any { d := &decoder{}; d.fn = d.decode; return d }
 	s.chain = o.interceptors

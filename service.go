@@ -55,7 +55,9 @@ type ServiceDesc struct {
 type service struct {
 	name    string
 	impl    any
+	desc    *ServiceDesc
 	methods map[string]*MethodDesc
+	builtin bool // served by every Server, never published
 }
 
 func newService(desc *ServiceDesc, impl any) (*service, error) {
@@ -75,7 +77,7 @@ func newService(desc *ServiceDesc, impl any) (*service, error) {
 			return nil, fmt.Errorf("dabb: register service %s: %v does not implement %v", desc.Name, got, want)
 		}
 	}
-	s := &service{name: desc.Name, impl: impl, methods: make(map[string]*MethodDesc, len(desc.Methods))}
+	s := &service{name: desc.Name, impl: impl, desc: desc, methods: make(map[string]*MethodDesc, len(desc.Methods))}
 	for i := range desc.Methods {
 		m := &desc.Methods[i]
 		if m.Name == "" || m.Handler == nil {
