@@ -18,10 +18,11 @@ var allowed = map[string][]string{
 	"registry":     {},
 	"balancer":     {"registry"},
 	"transport":    {"protocol"},
-	"proxy":        {"protocol", "codec", "codec/proto", "registry", "balancer", "transport"},
+	"reflection":   {},
+	"proxy":        {"protocol", "codec", "codec/proto", "codec/json", "registry", "balancer", "transport", "reflection"},
 	"health":       {},
 	"health/probe": {},
-	"":             {"protocol", "codec", "codec/json", "registry", "transport", "health"},
+	"":             {"protocol", "codec", "codec/json", "registry", "transport", "health", "reflection"},
 }
 
 // unlinked lists, for a library package, the standard packages it must

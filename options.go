@@ -24,6 +24,8 @@ type options struct {
 	regTimeout time.Duration
 	lazy       bool // WithRegistryCheck(false)
 
+	noReflection bool // WithoutReflection
+
 	interceptors []Interceptor
 }
 
@@ -104,3 +106,10 @@ func WithInterceptor(is ...Interceptor) Option {
 		}
 	}
 }
+
+// WithoutReflection turns off the built-in reflection service,
+// dabb.Reflection (see package reflection). Default on: every server
+// answers List and Describe, through its interceptors like any service,
+// and never publishes it to the registry. Without it, a call to
+// dabb.Reflection is answered 60 (service not found).
+func WithoutReflection() Option { return func(o *options) { o.noReflection = true } }
