@@ -102,7 +102,7 @@ type command struct {
 	flags func(a *app, fs *flag.FlagSet) func(ctx context.Context, args []string) error
 }
 
-var commands = []*command{lsCommand, watchCommand, healthCommand}
+var commands = []*command{lsCommand, watchCommand, describeCommand, callCommand, healthCommand}
 
 func findCommand(name string) *command {
 	for _, c := range commands {

@@ -464,6 +464,9 @@ func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // serverOptions returns the server process's options its environment asks for.
 func serverOptions() []dabb.Option {
+	if os.Getenv(serverNoReflect) == "1" {
+		return []dabb.Option{dabb.WithoutReflection()}
+	}
 	return nil
 }
 
