@@ -133,6 +133,10 @@ func (a *app) printEvent(ev watchEvent) error {
 	if in.ID != in.Addr {
 		id = " id=" + in.ID
 	}
-	_, err = fmt.Fprintf(a.stdout, "%s  %-11s %s%s weight=%d %s\n", ts, ev.Event, in.Addr, id, in.Weight, metadataText(in.Metadata))
+	md := ""
+	if len(in.Metadata) > 0 {
+		md = " " + metadataText(in.Metadata)
+	}
+	_, err = fmt.Fprintf(a.stdout, "%s  %-11s %s%s weight=%d%s\n", ts, ev.Event, in.Addr, id, in.Weight, md)
 	return err
 }
