@@ -8,6 +8,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +30,7 @@ import (
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/internal/etcdtest"
 	"github.com/dabbrpc/dabb/internal/inventory"
+	"github.com/dabbrpc/dabb/internal/tlstest"
 	"github.com/dabbrpc/dabb/internal/zktest"
 	"github.com/dabbrpc/dabb/registry"
 )
@@ -181,6 +185,7 @@ const (
 	serverMetaEnv     = "DABBCTL_TEST_META" // k=v
 	serverHoldEnv     = "DABBCTL_TEST_HOLD" // "1": Deregister waits for SIGUSR1
 	serverNoReflect   = "DABBCTL_TEST_NOREFLECT"
+	serverTLSEnv      = "DABBCTL_TEST_TLS" // a directory with ca.pem, server.pem and server-key.pem: mTLS
 	echoService       = "dabbctl.test.Echo"
 	inventoryService  = inventory.InventoryServiceName
 	serverReadyPrefix = "listening "
@@ -200,6 +205,7 @@ type serverOpts struct {
 	meta      string // k=v
 	hold      bool   // Deregister waits for SIGUSR1, printing "withdrawing" first
 	noReflect bool
+	tlsDir    string // serve mTLS with the files there (see serverTLSEnv)
 }
 
 // startServer starts a server process that publishes to regURL ("" for
@@ -216,6 +222,9 @@ func startServer(t *testing.T, regURL string, o serverOpts) *server {
 	}
 	if o.noReflect {
 		s.cmd.Env = append(s.cmd.Env, serverNoReflect+"=1")
+	}
+	if o.tlsDir != "" {
+		s.cmd.Env = append(s.cmd.Env, serverTLSEnv+"="+o.tlsDir)
 	}
 	s.cmd.Stderr = os.Stderr
 	stdout, err := s.cmd.StdoutPipe()
@@ -242,13 +251,6 @@ func (s *server) signal(t *testing.T, sig os.Signal) {
 	if err := s.cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("signal %v to the server at %s: %v", sig, s.addr, err)
 	}
-}
-
-// stop shuts the server down gracefully and waits for it to exit.
-func (s *server) stop(t *testing.T) {
-	t.Helper()
-	s.signal(t, syscall.SIGTERM)
-	s.wait(t)
 }
 
 func (s *server) wait(t *testing.T) {
@@ -346,8 +348,11 @@ func runServerProcess() int {
 		md = map[string]string{k: v}
 	}
 	opts = append(opts, dabb.WithInstance(weight, md))
-	opts = append(opts, serverOptions()...)
-	s := dabb.NewServer(opts...)
+	more, err := serverOptions()
+	if err != nil {
+		return fail(err)
+	}
+	s := dabb.NewServer(append(opts, more...)...)
 	if err := inventory.RegisterInventoryServer(s, inventory.NewStore(map[string]int64{"sku-1": 100, "sku-2": 5})); err != nil {
 		return fail(err)
 	}
@@ -463,11 +468,90 @@ func TestUsage(t *testing.T) {
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // serverOptions returns the server process's options its environment asks for.
-func serverOptions() []dabb.Option {
+func serverOptions() ([]dabb.Option, error) {
+	var opts []dabb.Option
 	if os.Getenv(serverNoReflect) == "1" {
-		return []dabb.Option{dabb.WithoutReflection()}
+		opts = append(opts, dabb.WithoutReflection())
 	}
-	return nil
+	if dir := os.Getenv(serverTLSEnv); dir != "" {
+		cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"))
+		if err != nil {
+			return nil, err
+		}
+		ca, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(ca)
+		opts = append(opts, dabb.WithTLS(&tls.Config{
+			Certificates: []tls.Certificate{cert},
+			ClientCAs:    pool,
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+		}))
+	}
+	return opts, nil
+}
+
+// writePEM writes cert and its key as PEM files dir/name.pem and
+// dir/name-key.pem.
+func writePEM(t *testing.T, dir, name string, cert tls.Certificate) {
+	t.Helper()
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, block := range map[string]*pem.Block{
+		name + ".pem":     {Type: "CERTIFICATE", Bytes: cert.Certificate[0]},
+		name + "-key.pem": {Type: "PRIVATE KEY", Bytes: key},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, file), pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestTLS: with -cacert, -cert and -key dabbctl speaks mTLS to a server
+// that requires it, and -servername names the certificate's name; without
+// them, or with a wrong name or no client certificate, the call fails with
+// exit status 1 and says why.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "dabbctl test CA")
+	writePEM(t, dir, "server", ca.Issue(t, tlstest.Spec{CommonName: "server", DNSNames: []string{"dabb.test"}, IPs: tlstest.Loopback}))
+	writePEM(t, dir, "client", ca.Issue(t, tlstest.Spec{CommonName: "client", Client: true}))
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "", serverOpts{tlsDir: dir})
+	mtls := []string{"-cacert", filepath.Join(dir, "ca.pem"), "-cert", filepath.Join(dir, "client.pem"), "-key", filepath.Join(dir, "client-key.pem")}
+	with := func(extra ...string) []string { return append(append([]string(nil), mtls...), extra...) }
+
+	r := ctl(t, with("health", "-addr", s.addr)...)
+	wantCode(t, r, exitOK, "health over mTLS")
+	r = ctl(t, with("-servername", "dabb.test", "-o", "json", "call", "-addr", s.addr, inventoryService+".Stock", `{"sku":"sku-2"}`)...)
+	wantCode(t, r, exitOK, "call over mTLS with -servername")
+	if want := `{"sku":"sku-2","count":"5"}` + "\n"; r.stdout != want {
+		t.Errorf("call over mTLS printed %q, want %q", r.stdout, want)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"plaintext", []string{"health", "-addr", s.addr}, "expects TLS, and this client speaks plaintext dabb"},
+		{"wrong server name", with("-servername", "other.test", "health", "-addr", s.addr), "not valid for other.test"},
+		{"no client certificate", []string{"-cacert", filepath.Join(dir, "ca.pem"), "call", "-addr", s.addr, inventoryService + ".Stock"}, "the server requires a client certificate and none was sent"},
+		{"unknown authority", []string{"-tls", "health", "-addr", s.addr}, "signed by an unknown authority"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ctl(t, append(tc.args, "-timeout", "2s")...)
+			wantCode(t, r, exitFail, strings.Join(tc.args, " "))
+			if !strings.Contains(r.stdout+r.stderr, tc.want) {
+				t.Errorf("the failure does not mention %q:\n%s", tc.want, r)
+			}
+		})
+	}
 }
 
 // deadAddr returns a loopback address nothing listens on.
