@@ -35,9 +35,9 @@ off the command line:
 
   dabbctl call -H 'authorization=Bearer ${TOKEN}' inventory.Inventory.Stock '{"sku":"sku-42"}'`,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
-		data := fs.String("d", "", "the request: JSON text, @`FILE`, or @- for standard input")
+		data := fs.String("d", "", "the request `data`: JSON text, @FILE, or @- for standard input")
 		var headers headerFlag
-		fs.Var(&headers, "H", "an attachment, `key=value` (repeatable); ${NAME} expands the environment variable NAME")
+		fs.Var(&headers, "H", "an attachment `key=value`, repeatable; ${NAME} in the value expands the environment variable NAME")
 		timeout := fs.Duration("timeout", 0, "the call's budget; default the method's //dabb:timeout, or 1s")
 		addr := fs.String("addr", "", "call the instance at `host:port` instead of those the registry lists")
 		return func(ctx context.Context, args []string) error {

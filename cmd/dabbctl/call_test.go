@@ -58,6 +58,11 @@ func TestCall(t *testing.T) {
 			if lines := nonEmpty(r.stderr); len(lines) != 1 || !regexp.MustCompile(`call inventory\.Inventory\.Nope at \S+: status 60 \(service not found\)`).MatchString(lines[0]) {
 				t.Errorf("a call of a method the server does not have: stderr is not one line naming the call and status 60:\n%s", r.stderr)
 			}
+			r = ctl(t, "call", "-addr", s.addr, "nosuch.Service.Do")
+			wantCode(t, r, exitFail, "a call of a service the server does not have")
+			if lines := nonEmpty(r.stderr); len(lines) != 1 || !strings.Contains(lines[0], "remote status 60 (service not found)") {
+				t.Errorf("a call of a service the server does not have: stderr is not one line with the server's status 60:\n%s", r.stderr)
+			}
 			r = ctl(t, "-registry", url, "call", "nosuch.Service.Do")
 			wantCode(t, r, exitFail, "a call of a service the registry does not list")
 			if !strings.Contains(r.stderr, "status 35") {

@@ -135,7 +135,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	serverName := global.String("servername", "", "the `name` every server's certificate is verified against; default each instance's tls_server_name metadata, or the host of its address")
 	output := global.String("o", "table", "output `format`: table (for people) or json (one object a line)")
 	verbose := global.Bool("v", false, "log dabb's own messages (debug level) to standard error")
-	global.Usage = func() { printGlobalUsage(stdout, global) }
+	global.Usage = func() {} // -h prints the usage below, once
 
 	err := global.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {

@@ -447,6 +447,9 @@ func TestUsage(t *testing.T) {
 	t.Run("help", func(t *testing.T) {
 		r := ctl(t, "-h")
 		wantCode(t, r, exitOK, "dabbctl -h")
+		if n := strings.Count(r.stdout, "usage: dabbctl"); n != 1 {
+			t.Errorf("dabbctl -h prints the usage %d times:\n%s", n, r.stdout)
+		}
 		for _, want := range []string{"usage: dabbctl [global flags] COMMAND", "-registry URL", "-servername", "-o format"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("dabbctl -h does not say %q:\n%s", want, r.stdout)
@@ -455,6 +458,9 @@ func TestUsage(t *testing.T) {
 		for _, c := range commands {
 			r := ctl(t, c.name, "-h")
 			wantCode(t, r, exitOK, "dabbctl "+c.name+" -h")
+			if n := strings.Count(r.stdout, "usage: dabbctl"); n != 1 {
+				t.Errorf("dabbctl %s -h prints the usage %d times:\n%s", c.name, n, r.stdout)
+			}
 			if want := "usage: dabbctl [global flags] " + c.name + " [flags] " + c.args; !strings.Contains(r.stdout, want) {
 				t.Errorf("dabbctl %s -h does not say %q:\n%s", c.name, want, r.stdout)
 			}
