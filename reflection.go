@@ -127,20 +127,19 @@ type fileSet struct {
 	seen map[string]bool
 }
 
-// add adds fd and, first, its transitive imports. An import that is only
-// a placeholder is looked up in protoregistry.GlobalFiles; one missing
-// there too is left out.
+// add adds fd and, first, its transitive imports, as
+// protoregistry.GlobalFiles holds them. A file missing there (a message
+// built at run time) is taken as its descriptor gives it; a placeholder
+// (an import never loaded) is left out.
 func (f *fileSet) add(fd protoreflect.FileDescriptor) {
 	if fd == nil || f.seen[fd.Path()] {
 		return
 	}
 	f.seen[fd.Path()] = true
-	if fd.IsPlaceholder() {
-		found, err := protoregistry.GlobalFiles.FindFileByPath(fd.Path())
-		if err != nil {
-			return
-		}
+	if found, err := protoregistry.GlobalFiles.FindFileByPath(fd.Path()); err == nil {
 		fd = found
+	} else if fd.IsPlaceholder() {
+		return
 	}
 	imports := fd.Imports()
 	for i := 0; i < imports.Len(); i++ {

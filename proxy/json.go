@@ -124,7 +124,7 @@ func (c *Client) describe(ctx context.Context, service string) (*described, erro
 		&reflection.DescribeRequest{Service: service}, svc,
 		Idempotent(), Via(service), codecOption{jsonCodec})
 	if err != nil {
-		return nil, describeError(service, err)
+		return nil, describeError(err)
 	}
 	d = &described{svc: svc, at: now}
 	c.described.mu.Lock()
@@ -136,19 +136,13 @@ func (c *Client) describe(ctx context.Context, service string) (*described, erro
 	return d, nil
 }
 
-// describeError is the error of a Describe of service that failed with
-// err. The server's own 60 for dabb.Reflection (code unimplemented) means
+// describeError is the error of a Describe that failed with err. The server's own 60 for dabb.Reflection (code unimplemented) means
 // it serves no reflection: the result then matches ErrNoReflection.
-func describeError(service string, err error) error {
+func describeError(err error) error {
 	pe := asError(err)
 	if pe != nil && pe.Remote && pe.Status == protocol.StatusServiceNotFound && pe.Code == protocol.CodeUnimplemented {
 		return &protocol.Error{Status: pe.Status, Code: pe.Code, Details: pe.Details, Remote: true,
-			Msg: "describe " + service + ": " + pe.Msg, Err: ErrNoReflection}
-	}
-	if pe != nil {
-		out := *pe
-		out.Msg = "describe " + service + ": " + pe.Msg
-		return &out
+			Msg: pe.Msg, Err: ErrNoReflection}
 	}
 	return err
 }
