@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dabbrpc/dabb"
+	"github.com/dabbrpc/dabb/health"
 	"github.com/dabbrpc/dabb/internal/etcdtest"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
@@ -38,7 +39,7 @@ func TestReflectionList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{reflection.ServiceName, kindsDesc.Name, probeDesc.Name}
+	want := []string{health.ServiceName, reflection.ServiceName, kindsDesc.Name, probeDesc.Name}
 	slices.Sort(want)
 	if !slices.Equal(reply.Services, want) {
 		t.Errorf("List = %v, want %v", reply.Services, want)
@@ -73,8 +74,8 @@ func TestWithoutReflection(t *testing.T) {
 func TestReflectionNameTaken(t *testing.T) {
 	desc := probeDesc
 	desc.Name = reflection.ServiceName
-	if err := dabb.NewServer(dabb.WithLogger(quiet)).RegisterService(&desc, newProbe()); err == nil || !strings.Contains(err.Error(), "already registered") {
-		t.Errorf("RegisterService(%s) = %v, want already registered", reflection.ServiceName, err)
+	if err := dabb.NewServer(dabb.WithLogger(quiet)).RegisterService(&desc, newProbe()); err == nil || !strings.Contains(err.Error(), "taken by a service every dabb server has built in") {
+		t.Errorf("RegisterService(%s) = %v, want the name taken by a built-in service", reflection.ServiceName, err)
 	}
 	if err := dabb.NewServer(dabb.WithLogger(quiet), dabb.WithoutReflection()).RegisterService(&desc, newProbe()); err != nil {
 		t.Errorf("RegisterService(%s) with reflection off: %v", reflection.ServiceName, err)
