@@ -1,3 +1,5 @@
+// Tests of ls: services, instances, health, against both registries.
+
 package main
 
 import (

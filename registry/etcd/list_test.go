@@ -1,3 +1,5 @@
+// Tests of Services: the services etcd holds.
+
 package etcd
 
 import (

@@ -1,3 +1,5 @@
+// Tests of Services: the services ZooKeeper holds.
+
 package zk
 
 import (
