@@ -18,10 +18,11 @@ var allowed = map[string][]string{
 	"registry":     {},
 	"balancer":     {"registry"},
 	"transport":    {"protocol"},
-	"proxy":        {"protocol", "codec", "codec/proto", "registry", "balancer", "transport"},
+	"reflection":   {},
+	"proxy":        {"protocol", "codec", "codec/proto", "codec/json", "registry", "balancer", "transport", "reflection"},
 	"health":       {},
 	"health/probe": {},
-	"":             {"protocol", "codec", "codec/json", "registry", "transport", "health"},
+	"":             {"protocol", "codec", "codec/json", "registry", "transport", "health", "reflection"},
 }
 
 // unlinked lists, for a library package, the standard packages it must
@@ -124,6 +125,18 @@ var commands = map[string][]string{
 	"cmd/rpcgen": {},
 }
 
+// clientCommands lists, for each command under cmd/ that is a client of dabb
+// services, the dabb packages it may import, directly or not. Such a
+// command links the client side (proxy, the registries) and whatever the
+// library's go.mod brings for it, so `go install .../cmd/X@latest` needs no
+// other module; it never links the root package, the server.
+var clientCommands = map[string][]string{
+	"cmd/dabbctl": {
+		"balancer", "codec", "codec/json", "codec/proto", "health", "internal/bufpool", "protocol",
+		"proxy", "reflection", "registry", "registry/etcd", "registry/static", "registry/zk", "transport",
+	},
+}
+
 // toolsPackages is the package whose dependencies a command may share.
 const toolsPackages = "golang.org/x/tools/go/packages"
 
@@ -167,6 +180,16 @@ func TestImportCommands(t *testing.T) {
 	}
 	for _, p := range roots {
 		rel := strings.TrimPrefix(p.ImportPath, module+"/")
+		if rule, ok := clientCommands[rel]; ok {
+			for _, d := range p.Deps {
+				if d == module {
+					t.Errorf("%s imports %s, the server; a client command does not", p.ImportPath, d)
+				} else if dep, ok := strings.CutPrefix(d, module+"/"); ok && !contains(rule, dep) {
+					t.Errorf("%s imports %s, which clientCommands does not list for it", p.ImportPath, d)
+				}
+			}
+			continue
+		}
 		rule, ok := commands[rel]
 		if !ok {
 			t.Errorf("%s has no entry in commands: add one, with the dabb packages it may import", p.ImportPath)

@@ -25,6 +25,8 @@ type options struct {
 	lazy       bool // WithRegistryCheck(false)
 	drainDelay time.Duration
 
+	noReflection bool // WithoutReflection
+
 	interceptors []Interceptor
 }
 
@@ -115,3 +117,10 @@ func WithInterceptor(is ...Interceptor) Option {
 // Default 0: no wait. Dubbo's providers and a Kubernetes preStop hook
 // wait likewise.
 func WithDrainDelay(d time.Duration) Option { return func(o *options) { o.drainDelay = max(d, 0) } }
+
+// WithoutReflection turns off the built-in reflection service,
+// dabb.Reflection (see package reflection). Default on: every server
+// answers List and Describe, through its interceptors like any service,
+// and never publishes it to the registry. Without it, a call to
+// dabb.Reflection is answered 60 (service not found).
+func WithoutReflection() Option { return func(o *options) { o.noReflection = true } }

@@ -61,6 +61,9 @@ func NewServer(opts ...Option) *Server {
 	}
 	builtins := map[string]*service{health.ServiceName: s.healthService()}
 	s.services.Store(&builtins)
+	if !o.noReflection {
+		s.installReflection()
+	}
 	s.pub = newPublisher(&o, s.log, func() map[string]*service { return *s.services.Load() })
 	s.decoders.New = func() any { d := &decoder{}; d.fn = d.decode; return d }
 	s.chain = o.interceptors

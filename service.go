@@ -28,6 +28,11 @@ type MethodDesc struct {
 	// Timeout records //dabb:timeout (zero for the client's default); as
 	// with Idempotent, the stub's call option is what takes effect.
 	Timeout time.Duration
+	// Request and Response are typed nil pointers to the method's request
+	// and response messages, e.g. (*pb.DeductRequest)(nil). Reflection
+	// reads their types; nothing else does. Nil leaves the type unknown
+	// to reflection; the method is served all the same.
+	Request, Response any
 	// Handler runs the method.
 	Handler MethodHandler
 }
@@ -50,6 +55,7 @@ type ServiceDesc struct {
 type service struct {
 	name    string
 	impl    any
+	desc    *ServiceDesc
 	methods map[string]*MethodDesc
 	// builtin marks a service every Server has (health.ServiceName): it
 	// is never published, and its name cannot be registered.
@@ -73,7 +79,7 @@ func newService(desc *ServiceDesc, impl any) (*service, error) {
 			return nil, fmt.Errorf("dabb: register service %s: %v does not implement %v", desc.Name, got, want)
 		}
 	}
-	s := &service{name: desc.Name, impl: impl, methods: make(map[string]*MethodDesc, len(desc.Methods))}
+	s := &service{name: desc.Name, impl: impl, desc: desc, methods: make(map[string]*MethodDesc, len(desc.Methods))}
 	for i := range desc.Methods {
 		m := &desc.Methods[i]
 		if m.Name == "" || m.Handler == nil {

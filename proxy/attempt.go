@@ -122,7 +122,7 @@ func (a *attempts) result() error {
 // attempts, each on an instance the balancer picks. It retries as the
 // RetryPolicy allows, within the call's one budget.
 func (c *Client) run(ctx context.Context, call *Call) error {
-	st, err := c.service(ctx, call.Service, call.Deadline)
+	st, err := c.service(ctx, call.balanced(), call.Deadline)
 	if err != nil {
 		status := protocol.StatusChannelInactive
 		switch {
@@ -135,7 +135,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 			// request, not an outage.
 			status = protocol.StatusClientError
 		}
-		return protocol.NotSent(status, "resolve "+call.Service, err)
+		return protocol.NotSent(status, "resolve "+call.balanced(), err)
 	}
 	c.budget.call(call.start.Unix())
 	if !call.Idempotent && c.opts.idempotencyKeys {
@@ -171,7 +171,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 				// it went no further.
 				return c.noneLeft(ctx, call, a.result(), a.n+1, nil)
 			}
-			return c.noInstance(ctx, call.Service, perr)
+			return c.noInstance(ctx, call.balanced(), perr)
 		}
 		call.Addr = in.Addr
 		call.Attempt = a.start(in.Addr)
@@ -230,7 +230,7 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 		})
 		switch {
 		case ran:
-		case c.panicking((*c.services.Load())[call.Service]):
+		case c.panicking((*c.services.Load())[call.balanced()]):
 			// Every instance is left out, or most: each call probes one
 			// at once, past its breaker. The first success closes it.
 			if err = run(start); err == nil {

@@ -63,10 +63,23 @@ type Call struct {
 
 	codec codec.Codec
 	// payload, when set, is the request already marshaled, and Req is not
-	// read. A hedged call's attempts share it.
+	// read. A hedged call's attempts share it; it is not modified.
 	payload []byte
-	start   time.Time        // when Invoke began
-	tried   [maxTried]string // instances this call attempted, for retries
+	// route, when set, is the service whose instances the call balances
+	// over (Via); the wire names Service.
+	route string
+	start time.Time        // when Invoke began
+	tried [maxTried]string // instances this call attempted, for retries
+}
+
+// balanced is the service whose instances take the call's attempts: the
+// one Via named, else Service. Its balancer, breakers' panic verdict and
+// registry lookup are the call's.
+func (c *Call) balanced() string {
+	if c.route != "" {
+		return c.route
+	}
+	return c.Service
 }
 
 // SetAttachment adds a key/value pair to the call's attachments.

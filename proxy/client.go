@@ -52,6 +52,8 @@ type Client struct {
 
 	keyPrefix string        // random, per client: idempotency keys
 	keySeq    atomic.Uint64 // idempotency key counter
+
+	described describeCache // Describe's descriptions, by service
 }
 
 // NewClient returns a client that finds instances through r. It does no

@@ -111,8 +111,8 @@ func (c *Client) noneLeft(ctx context.Context, call *Call, err error, next int, 
 	if !ok {
 		return err
 	}
-	msg := "no instance of " + call.Service + " can take attempt " + strconv.Itoa(next) + ": " +
-		c.whyNone(ctx, call.Service, tried) + "; attempt " + strconv.Itoa(call.Attempt)
+	msg := "no instance of " + call.balanced() + " can take attempt " + strconv.Itoa(next) + ": " +
+		c.whyNone(ctx, call.balanced(), tried) + "; attempt " + strconv.Itoa(call.Attempt)
 	if !strings.Contains(pe.Error(), call.Addr) { // a dial error names it already
 		msg += ", on " + call.Addr + ","
 	}

@@ -41,12 +41,15 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 	// call. The loser may still be on its way (dialing, writing) after
 	// hedged returns, when Invoke has recycled call and the caller owns
 	// its request and attachments again.
-	payload, err := call.codec.Marshal(nil, call.Req)
-	if err != nil {
-		return encodeError(call, err)
+	payload := call.payload
+	if payload == nil {
+		var err error
+		if payload, err = call.codec.Marshal(nil, call.Req); err != nil {
+			return encodeError(call, err)
+		}
 	}
 	shared := &Call{Service: call.Service, Method: call.Method, Idempotent: true, Deadline: call.Deadline,
-		Attachments: maps.Clone(call.Attachments), codec: call.codec, payload: payload}
+		Attachments: maps.Clone(call.Attachments), codec: call.codec, payload: payload, route: call.route}
 	results := make(chan hedgeResult, 2)
 	ctx, cancel := context.WithCancel(ctx) // ends the loser
 	defer cancel()
@@ -64,7 +67,7 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 	a := attempts{c: c, call: call}
 	first, done, err := st.bal.Pick(ctx, call.HashKey)
 	if err != nil {
-		return c.noInstance(ctx, call.Service, err)
+		return c.noInstance(ctx, call.balanced(), err)
 	}
 	launch(first, done, a.start(first.Addr))
 	outstanding := 1

@@ -28,8 +28,6 @@ func TestNewClientRejectsBadOptions(t *testing.T) {
 			registry.ErrInvalid, []string{`WithBalancer("nope")`, `unknown balancer "nope"`}},
 		{"unknown codec", []proxy.Option{proxy.WithCodec("nope")},
 			codec.ErrUnknown, []string{`WithCodec("nope")`}},
-		{"codec not imported", []proxy.Option{proxy.WithCodec("json")},
-			codec.ErrUnknown, []string{`WithCodec("json")`, `import _ "github.com/dabbrpc/dabb/codec/json"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

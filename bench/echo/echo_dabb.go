@@ -67,8 +67,8 @@ var EchoServiceDesc = dabb.ServiceDesc{
 	Name:        EchoServiceName,
 	HandlerType: (*Echo)(nil),
 	Methods: []dabb.MethodDesc{
-		{Name: "Echo", Idempotent: true, Timeout: 30 * time.Second, Handler: _Echo_Echo_Handler},
-		{Name: "Deliver", Timeout: 30 * time.Second, Handler: _Echo_Deliver_Handler},
+		{Name: "Echo", Idempotent: true, Timeout: 30 * time.Second, Request: (*benchpb.BenchmarkMessage)(nil), Response: (*benchpb.BenchmarkMessage)(nil), Handler: _Echo_Echo_Handler},
+		{Name: "Deliver", Timeout: 30 * time.Second, Request: (*benchpb.BenchmarkMessage)(nil), Response: (*benchpb.BenchmarkMessage)(nil), Handler: _Echo_Deliver_Handler},
 	},
 }
 

@@ -240,6 +240,7 @@ func (g *generator) service(s *service) {
 		if m.timeout > 0 {
 			g.Printf("Timeout: %s, ", g.duration(m.timeout))
 		}
+		g.Printf("Request: (*%s)(nil), Response: (*%s)(nil), ", g.typeName(m.req), g.typeName(m.resp))
 		g.Printf("Handler: %s},\n", handlerName(s.iface, m.name))
 	}
 	g.Printf("\t},\n}\n")

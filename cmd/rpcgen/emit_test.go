@@ -340,6 +340,8 @@ type MethodDesc struct {
 	Name       string
 	Idempotent bool
 	Timeout    time.Duration
+	Request    any
+	Response   any
 	Handler    MethodHandler
 }
 

@@ -64,8 +64,8 @@ var InventoryServiceDesc = dabb.ServiceDesc{
 	Name:        InventoryServiceName,
 	HandlerType: (*Inventory)(nil),
 	Methods: []dabb.MethodDesc{
-		{Name: "Deduct", Handler: _Inventory_Deduct_Handler},
-		{Name: "Stock", Idempotent: true, Timeout: 200 * time.Millisecond, Handler: _Inventory_Stock_Handler},
+		{Name: "Deduct", Request: (*pb.DeductRequest)(nil), Response: (*pb.DeductReply)(nil), Handler: _Inventory_Deduct_Handler},
+		{Name: "Stock", Idempotent: true, Timeout: 200 * time.Millisecond, Request: (*pb.StockRequest)(nil), Response: (*pb.StockReply)(nil), Handler: _Inventory_Stock_Handler},
 	},
 }
 

@@ -3,6 +3,7 @@ package static_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -237,5 +238,38 @@ func TestOpenIPv6List(t *testing.T) {
 			t.Errorf("Open(%q): %d instances, want 2", u, len(got))
 		}
 		r.Close()
+	}
+}
+
+// TestServices: services registered by name are listed, sorted, until
+// their last instance leaves; fixed instances name no service.
+func TestServices(t *testing.T) {
+	ctx := context.Background()
+	r := static.New(registry.Instance{Addr: "127.0.0.1:1"}, registry.Instance{Service: "svc.B", Addr: "127.0.0.1:2"})
+	defer r.Close()
+	a := registry.Instance{Service: "svc.A", ID: "a1", Addr: "127.0.0.1:3"}
+	if err := r.Register(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Services(ctx); err != nil || !slices.Equal(got, []string{"svc.A", "svc.B"}) {
+		t.Fatalf("Services = %v, %v; want [svc.A svc.B]", got, err)
+	}
+	if err := r.Deregister(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Services(ctx); err != nil || !slices.Equal(got, []string{"svc.B"}) {
+		t.Fatalf("Services after the last instance of svc.A left = %v, %v; want [svc.B]", got, err)
+	}
+	u, err := registry.Open(ctx, "static://127.0.0.1:4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if got, err := u.(registry.Lister).Services(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("Services of static://127.0.0.1:4 = %v, %v; want none", got, err)
+	}
+	r.Close()
+	if _, err := r.Services(ctx); !errors.Is(err, registry.ErrClosed) {
+		t.Fatalf("Services after Close: %v, want ErrClosed", err)
 	}
 }

@@ -1,0 +1,184 @@
+// The call command: one method called by name with a JSON request, its reply printed as JSON.
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/dabbrpc/dabb/proxy"
+	"github.com/dabbrpc/dabb/registry"
+)
+
+var callCommand = &command{
+	name:    "call",
+	args:    "SERVICE.METHOD [JSON]",
+	summary: "call a method with a JSON request and print the JSON reply",
+	help: `
+The request is the JSON argument, or -d: JSON text, @FILE, or @- for standard
+input; {} when neither is given. The reply is printed indented (-o table) or
+on one line (-o json). The call is made as a stub makes it (the method's
+directives, retries, balancing), through the registry or to -addr; it needs
+the server's reflection service. A failed call prints one line with its
+status and exits 1.
+
+-H key=value adds an attachment; ${NAME} in the value is replaced by the
+environment variable NAME (an unset one is an error), so that secrets stay
+off the command line:
+
+  dabbctl call -H 'authorization=Bearer ${TOKEN}' inventory.Inventory.Stock '{"sku":"sku-42"}'`,
+	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		data := fs.String("d", "", "the request `data`: JSON text, @FILE, or @- for standard input")
+		var headers headerFlag
+		fs.Var(&headers, "H", "an attachment `key=value`, repeatable; ${NAME} in the value expands the environment variable NAME")
+		timeout := fs.Duration("timeout", 0, "the call's budget; default the method's //dabb:timeout, or 1s")
+		addr := fs.String("addr", "", "call the instance at `host:port` instead of those the registry lists")
+		return func(ctx context.Context, args []string) error {
+			if len(args) == 0 || len(args) > 2 {
+				return usagef("want SERVICE.METHOD and at most one JSON request, got %d arguments", len(args))
+			}
+			service, method, ok := splitMethod(args[0])
+			if !ok {
+				return usagef("%q: want SERVICE.METHOD, such as inventory.Inventory.Stock", args[0])
+			}
+			if err := registry.ValidateService(service); err != nil {
+				return usagef("%v", err)
+			}
+			if *timeout < 0 {
+				return usagef("-timeout %v: want a positive duration", *timeout)
+			}
+			var literal *string
+			if len(args) == 2 {
+				literal = &args[1]
+			}
+			req, err := a.requestBody(literal, *data, fs)
+			if err != nil {
+				return err
+			}
+			opts, err := headers.callOptions()
+			if err != nil {
+				return err
+			}
+			return a.call(ctx, service, method, req, opts, *timeout, *addr)
+		}
+	},
+}
+
+// splitMethod splits SERVICE.METHOD (or SERVICE/METHOD) at its last
+// separator.
+func splitMethod(s string) (service, method string, ok bool) {
+	i := strings.LastIndexByte(s, '/')
+	if i < 0 {
+		i = strings.LastIndexByte(s, '.')
+	}
+	if i <= 0 || i == len(s)-1 {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+// requestBody returns the request: the argument, or -d's, or {}.
+func (a *app) requestBody(literal *string, data string, fs *flag.FlagSet) ([]byte, error) {
+	dSet := false
+	fs.Visit(func(f *flag.Flag) { dSet = dSet || f.Name == "d" })
+	var body []byte
+	switch {
+	case literal != nil && dSet:
+		return nil, usagef("give the request once: as an argument or with -d, not both")
+	case literal != nil:
+		body = []byte(*literal)
+	case dSet && data == "@-":
+		b, err := io.ReadAll(a.stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read the request from standard input: %w", err)
+		}
+		body = b
+	case dSet && strings.HasPrefix(data, "@"):
+		b, err := os.ReadFile(data[1:])
+		if err != nil {
+			return nil, usagef("-d %s: %v", data, err)
+		}
+		body = b
+	case dSet:
+		body = []byte(data)
+	default:
+		body = []byte("{}")
+	}
+	if !json.Valid(body) {
+		var v any
+		err := json.Unmarshal(body, &v)
+		if err == nil {
+			err = fmt.Errorf("more than one JSON value")
+		}
+		return nil, usagef("the request is not valid JSON: %v", err)
+	}
+	return body, nil
+}
+
+func (a *app) call(ctx context.Context, service, method string, req []byte, opts []proxy.CallOption, timeout time.Duration, addr string) error {
+	var copts []proxy.Option
+	if timeout > 0 {
+		copts = append(copts, proxy.WithTimeout(timeout))
+		opts = append(opts, proxy.Timeout(timeout))
+	}
+	c, done, err := a.targetClient(ctx, addr, copts...)
+	if err != nil {
+		return err
+	}
+	defer done()
+	reply, err := c.InvokeJSON(ctx, service, method, req, opts...)
+	if err != nil {
+		where := ""
+		if addr != "" {
+			where = " at " + addr
+		}
+		return fmt.Errorf("call %s.%s%s: %w", service, method, where, err)
+	}
+	return a.printJSONValue(reply)
+}
+
+// headerFlag is -H: attachments, in order.
+type headerFlag []string
+
+func (h *headerFlag) String() string { return strings.Join(*h, ", ") }
+
+func (h *headerFlag) Set(v string) error {
+	key, _, ok := strings.Cut(v, "=")
+	if !ok || strings.TrimSpace(key) == "" {
+		return fmt.Errorf("%q: want key=value", v)
+	}
+	*h = append(*h, v)
+	return nil
+}
+
+// envRef is ${NAME} in a -H value.
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// callOptions returns the attachments, with ${NAME} expanded.
+func (h headerFlag) callOptions() ([]proxy.CallOption, error) {
+	var opts []proxy.CallOption
+	for _, kv := range h {
+		key, value, _ := strings.Cut(kv, "=")
+		var missing string
+		value = envRef.ReplaceAllStringFunc(value, func(ref string) string {
+			name := envRef.FindStringSubmatch(ref)[1]
+			v, ok := os.LookupEnv(name)
+			if !ok && missing == "" {
+				missing = name
+			}
+			return v
+		})
+		if missing != "" {
+			return nil, usagef("-H %s: the environment variable %s is not set", key, missing)
+		}
+		opts = append(opts, proxy.Attachment(strings.TrimSpace(key), value))
+	}
+	return opts, nil
+}

@@ -1,0 +1,181 @@
+// The ls command: the services a registry holds, or one service's instances.
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/dabbrpc/dabb/registry"
+)
+
+var lsCommand = &command{
+	name:    "ls",
+	args:    "[SERVICE]",
+	summary: "list the services in the registry, or the instances of SERVICE",
+	help: `
+Without SERVICE: one line per service that has instances, with their number.
+With SERVICE: one line per instance, with its address, weight and metadata;
+-health asks each instance whether it is serving SERVICE.`,
+	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		withHealth := fs.Bool("health", false, "ask each instance of SERVICE for its health (serving, not serving, unknown)")
+		timeout := fs.Duration("timeout", 5*time.Second, "bound on the registry's answers and, with -health, on each health check")
+		return func(ctx context.Context, args []string) error {
+			if *timeout <= 0 {
+				return usagef("-timeout %v: want a positive duration", *timeout)
+			}
+			switch len(args) {
+			case 0:
+				if *withHealth {
+					return usagef("-health needs a SERVICE (or use 'dabbctl health')")
+				}
+				return a.lsServices(ctx, *timeout)
+			case 1:
+				return a.lsInstances(ctx, args[0], *withHealth, *timeout)
+			}
+			return usagef("want at most one SERVICE, got %d arguments", len(args))
+		}
+	},
+}
+
+// serviceCount is a line of ls without SERVICE.
+type serviceCount struct {
+	Service   string `json:"service"`
+	Instances int    `json:"instances"`
+}
+
+func (a *app) lsServices(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, err := a.openRegistry(ctx)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	counts, err := countInstances(ctx, r)
+	if err != nil {
+		return fmt.Errorf("ls: %w", err)
+	}
+	if a.json {
+		for _, c := range counts {
+			if err := writeJSON(a.stdout, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := newTable(a.stdout)
+	fmt.Fprintln(tw, "SERVICE\tINSTANCES")
+	for _, c := range counts {
+		fmt.Fprintf(tw, "%s\t%d\n", c.Service, c.Instances)
+	}
+	return tw.Flush()
+}
+
+// listServices returns the services r holds, sorted.
+func listServices(ctx context.Context, r registry.Registry) ([]string, error) {
+	l, ok := r.(registry.Lister)
+	if !ok {
+		return nil, fmt.Errorf("this registry (%T) cannot list its services; name one", r)
+	}
+	services, err := l.Services(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list services: %w", err)
+	}
+	return services, nil
+}
+
+// countInstances returns each service r holds with its number of
+// instances; a service that lost its last one meanwhile is left out.
+func countInstances(ctx context.Context, r registry.Registry) ([]serviceCount, error) {
+	services, err := listServices(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	counts := make([]serviceCount, 0, len(services))
+	for _, s := range services {
+		set, err := instancesOf(ctx, r, s)
+		if err != nil {
+			return nil, err
+		}
+		if len(set) > 0 {
+			counts = append(counts, serviceCount{s, len(set)})
+		}
+	}
+	return counts, nil
+}
+
+// instancesOf returns the instances of service r lists now.
+func instancesOf(ctx context.Context, r registry.Registry, service string) ([]registry.Instance, error) {
+	w, err := r.Watch(ctx, service)
+	if err != nil {
+		return nil, fmt.Errorf("instances of %s: %w", service, err)
+	}
+	defer w.Stop()
+	for {
+		set, err := w.Next(ctx)
+		if errors.Is(err, registry.ErrUnavailable) && ctx.Err() == nil {
+			continue // an outage report; the next call answers once the registry does
+		}
+		if err != nil {
+			return nil, fmt.Errorf("instances of %s: %w", service, err)
+		}
+		return set, nil
+	}
+}
+
+func (a *app) lsInstances(ctx context.Context, service string, withHealth bool, timeout time.Duration) error {
+	if err := registry.ValidateService(service); err != nil {
+		return usagef("%v", err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, err := a.openRegistry(lctx)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	set, err := instancesOf(lctx, r, service)
+	if err != nil {
+		return fmt.Errorf("ls: %w", err)
+	}
+	var results []checkResult
+	if withHealth {
+		chk := a.newChecker(timeout)
+		defer chk.close()
+		results = chk.checkAll(ctx, set, func(registry.Instance) string { return service })
+	}
+	if a.json {
+		for i, in := range set {
+			line := toJSON(in)
+			if withHealth {
+				line.Health, line.Error = results[i].text()
+			}
+			if err := writeJSON(a.stdout, line); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(set) == 0 {
+		fmt.Fprintf(a.stderr, "no instances of %s in the registry\n", service)
+		return nil
+	}
+	tw := newTable(a.stdout)
+	header := "ADDRESS\tWEIGHT\tMETADATA"
+	if withHealth {
+		header += "\tHEALTH"
+	}
+	fmt.Fprintln(tw, header)
+	for i, in := range set {
+		fmt.Fprintf(tw, "%s\t%d\t%s", in.Addr, in.EffectiveWeight(), metadataText(in.Metadata))
+		if withHealth {
+			fmt.Fprintf(tw, "\t%s", results[i].tableText())
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
