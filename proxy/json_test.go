@@ -158,7 +158,6 @@ type order struct {
 	Tags     map[string]string `json:"tags"`
 	Extra    any               `json:"extra"`
 	Parent   *order            `json:"parent"`
-	hidden   int
 }
 
 type customer struct {
