@@ -719,3 +719,47 @@ func TestInvokeJSONRetries(t *testing.T) {
 		})
 	}
 }
+
+// ExampleClient_InvokeJSON calls the inventory demo's Stock by name, with
+// a JSON request, against a real server.
+func ExampleClient_InvokeJSON() {
+	s := dabb.NewServer(dabb.WithLogger(quiet))
+	if err := inventory.RegisterInventoryServer(s, inventory.NewStore(map[string]int64{"sku-42": 3})); err != nil {
+		panic(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	defer func() {
+		s.Close()
+		<-served
+	}()
+
+	reg := static.New(registry.Instance{Service: inventory.InventoryServiceName, ID: "1", Addr: l.Addr().String()})
+	c, err := proxy.NewClient(reg, proxy.WithLogger(quiet))
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	svc, err := c.Describe(ctx, inventory.InventoryServiceName)
+	if err != nil {
+		panic(err)
+	}
+	for _, m := range svc.Methods {
+		fmt.Println(m.Name, m.Idempotent, m.Timeout, m.Request.Skeleton)
+	}
+	reply, err := c.InvokeJSON(ctx, inventory.InventoryServiceName, "Stock", []byte(`{"sku":"sku-42"}`))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(string(reply))
+	// Output:
+	// Deduct false  {"sku":"","count":0,"requestId":""}
+	// Stock true 200ms {"sku":""}
+	// {"sku":"sku-42","count":"3"}
+}
