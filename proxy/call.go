@@ -29,7 +29,8 @@ type Call struct {
 	// Service and Method name the remote method.
 	Service, Method string
 	// Req is the request message; Resp the message to decode the reply
-	// into.
+	// into. Req is nil for an InvokeJSON of a JSON-codec method: its
+	// request travels as the caller's JSON, already encoded.
 	Req, Resp any
 	// Idempotent says the method is safe to run more than once.
 	Idempotent bool

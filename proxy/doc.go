@@ -33,6 +33,11 @@
 // ErrUnauthenticated and ErrPermissionDenied match the two refusals,
 // which are never retried.
 //
+// Describe and InvokeJSON call a service without its stub, through the
+// reflection service every dabb server runs: a method by name, with a JSON
+// request and a JSON reply, with the same budget, retries and balancing.
+// Via reaches a service's instances for a call that names another service.
+//
 // WithTLS dials every connection over TLS; WithCredentials adds per-call
 // credentials such as BearerToken, refused over plaintext unless they
 // allow it. docs/security.md has the whole story.

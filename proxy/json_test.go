@@ -18,13 +18,16 @@ import (
 
 	"github.com/dabbrpc/dabb"
 	_ "github.com/dabbrpc/dabb/codec/json"
+	"github.com/dabbrpc/dabb/internal/etcdtest"
 	"github.com/dabbrpc/dabb/internal/inventory"
 	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/internal/proctest"
+	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/reflection"
 	"github.com/dabbrpc/dabb/registry"
+	_ "github.com/dabbrpc/dabb/registry/etcd"
 	"github.com/dabbrpc/dabb/registry/static"
 	gproto "google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -158,7 +161,6 @@ type order struct {
 	Tags     map[string]string `json:"tags"`
 	Extra    any               `json:"extra"`
 	Parent   *order            `json:"parent"`
-	hidden   int
 }
 
 type customer struct {
@@ -514,19 +516,27 @@ func TestDescribeKept(t *testing.T) {
 }
 
 // TestJSONProviderProcess is the server process of TestInvokeJSONRetries;
-// it does nothing in a normal run. DABB_JSON_PROVIDER is "serve ADDR" (the
-// inventory with 7 of sku-1) or "hang ADDR" (an inventory whose methods
-// print "hang METHOD" and never answer).
+// it does nothing in a normal run. DABB_JSON_PROVIDER is "MODE ADDR URL":
+// MODE is serve (the inventory with 7 of sku-1) or hang (an inventory
+// whose methods print "hang METHOD" and never answer), URL the registry
+// it publishes itself to.
 func TestJSONProviderProcess(t *testing.T) {
-	mode, addr, ok := strings.Cut(os.Getenv("DABB_JSON_PROVIDER"), " ")
-	if !ok {
+	args := strings.Fields(os.Getenv("DABB_JSON_PROVIDER"))
+	if len(args) != 3 {
 		t.Skip("runs only as the server process of TestInvokeJSONRetries")
 	}
+	mode, addr, url := args[0], args[1], args[2]
 	var impl inventory.Inventory = inventory.NewStore(map[string]int64{"sku-1": 7})
 	if mode == "hang" {
 		impl = hangingStore{}
 	}
-	s := dabb.NewServer(dabb.WithLogger(quiet))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	reg, err := registry.Open(ctx, url)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := dabb.NewServer(dabb.WithLogger(quiet), dabb.WithRegistry(reg))
 	if err := inventory.RegisterInventoryServer(s, impl); err != nil {
 		t.Fatal(err)
 	}
@@ -549,9 +559,10 @@ func (hangingStore) Stock(ctx context.Context, _ *pb.StockRequest) (*pb.StockRep
 	return nil, ctx.Err()
 }
 
-// startProvider starts a TestJSONProviderProcess in mode and returns it
-// with its address. Each line it prints goes to lines, if not nil.
-func startProvider(t *testing.T, mode string, lines chan<- string) (*proctest.Process, string) {
+// startProvider starts a TestJSONProviderProcess in mode, publishing
+// itself to the registry at url, and returns it with its address. Each
+// line it prints goes to lines, if not nil.
+func startProvider(t *testing.T, mode, url string, lines chan<- string) (*proctest.Process, string) {
 	t.Helper()
 	ports, err := proctest.FreePorts(1)
 	if err != nil {
@@ -559,7 +570,7 @@ func startProvider(t *testing.T, mode string, lines chan<- string) (*proctest.Pr
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	cmd := exec.Command(os.Args[0], "-test.run=^TestJSONProviderProcess$", "-test.timeout=10m")
-	cmd.Env = append(os.Environ(), "DABB_JSON_PROVIDER="+mode+" "+addr)
+	cmd.Env = append(os.Environ(), "DABB_JSON_PROVIDER="+mode+" "+addr+" "+url)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -603,12 +614,14 @@ func startProvider(t *testing.T, mode string, lines chan<- string) (*proctest.Pr
 // through InvokeJSON of an idempotent method retries on another instance
 // after the first instance, holding the call, is killed with SIGKILL, as
 // a stub call does. A method without //dabb:idempotent is not retried
-// then: the directive Describe learnt is what allows it.
+// then: the directive Describe learnt is what allows it. The instances
+// are processes of their own, found through etcd.
 func TestInvokeJSONRetries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts server processes")
 	}
 	svc := inventory.InventoryServiceName
+	etcd := etcdtest.Start(t)
 	cases := []struct {
 		name  string
 		call  func(ctx context.Context, c *proxy.Client) (string, error)
@@ -631,16 +644,27 @@ func TestInvokeJSONRetries(t *testing.T) {
 			return string(out), err
 		}, "hang Deduct", false},
 	}
-	for _, tc := range cases {
+	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			url := fmt.Sprintf("etcd://%s/services-%d?ttl=2s", etcd.Endpoint(), i)
 			lines := make(chan string, 16)
-			held, heldAddr := startProvider(t, "hang", lines)
-			_, okAddr := startProvider(t, "serve", nil)
-			// Round robin: of any two calls in a row, one goes to the
-			// instance that holds it.
-			c := clientOf(t, map[string][]string{svc: {heldAddr, okAddr}}, proxy.WithBalancer("round_robin"))
+			held, _ := startProvider(t, "hang", url, lines)
+			startProvider(t, "serve", url, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			reg, err := registry.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reg.Close()
+			// Round robin: of any two calls in a row, one goes to the
+			// instance that holds it.
+			c := newClient(t, reg, proxy.WithLogger(quiet), proxy.WithBalancer("round_robin"))
+			defer c.Close()
+			wait.Until(t, 10*time.Second, 10*time.Millisecond, "the client to know both instances", func() bool {
+				ins, err := c.Instances(ctx, svc)
+				return err == nil && len(ins) == 2
+			})
 			if _, err := c.Describe(ctx, svc); err != nil {
 				t.Fatal(err)
 			}
@@ -694,4 +718,48 @@ func TestInvokeJSONRetries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ExampleClient_InvokeJSON calls the inventory demo's Stock by name, with
+// a JSON request, against a real server.
+func ExampleClient_InvokeJSON() {
+	s := dabb.NewServer(dabb.WithLogger(quiet))
+	if err := inventory.RegisterInventoryServer(s, inventory.NewStore(map[string]int64{"sku-42": 3})); err != nil {
+		panic(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	defer func() {
+		s.Close()
+		<-served
+	}()
+
+	reg := static.New(registry.Instance{Service: inventory.InventoryServiceName, ID: "1", Addr: l.Addr().String()})
+	c, err := proxy.NewClient(reg, proxy.WithLogger(quiet))
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	svc, err := c.Describe(ctx, inventory.InventoryServiceName)
+	if err != nil {
+		panic(err)
+	}
+	for _, m := range svc.Methods {
+		fmt.Println(m.Name, m.Idempotent, m.Timeout, m.Request.Skeleton)
+	}
+	reply, err := c.InvokeJSON(ctx, inventory.InventoryServiceName, "Stock", []byte(`{"sku":"sku-42"}`))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(string(reply))
+	// Output:
+	// Deduct false  {"sku":"","count":0,"requestId":""}
+	// Stock true 200ms {"sku":""}
+	// {"sku":"sku-42","count":"3"}
 }

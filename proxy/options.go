@@ -44,6 +44,7 @@ func defaultOptions() options {
 
 // WithCodec chooses the serialization by name (default "proto"). Its
 // package must be imported so it is registered; NewClient fails if not.
+// This package imports "proto" and "json" itself.
 func WithCodec(name string) Option { return func(o *options) { o.codec = name } }
 
 // WithTimeout sets the timeout of calls whose method sets none (default 1 s).

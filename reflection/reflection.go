@@ -53,7 +53,9 @@ type Method struct {
 	Response Type   `json:"response"`
 }
 
-// Type describes a method's request or response type.
+// Type describes a method's request or response type. Every field is
+// empty when the server's ServiceDesc does not record the type
+// (MethodDesc.Request or Response is nil): the type is unknown.
 type Type struct {
 	// GoType is the Go type's name, e.g. "*inventorypb.DeductRequest".
 	GoType string `json:"go_type"`
@@ -63,5 +65,6 @@ type Type struct {
 	Proto string `json:"proto,omitempty"`
 	// Skeleton is a JSON value with every field at its zero value: a
 	// request template. For protobuf messages it uses protojson's names.
+	// Empty when the type has no JSON form the server can write.
 	Skeleton string `json:"skeleton,omitempty"`
 }

@@ -21,6 +21,9 @@
 //	func RegisterInventoryServer(s *dabb.Server, impl Inventory) error
 //	var InventoryServiceDesc = dabb.ServiceDesc{...}        // the server glue
 //
+// The ServiceDesc records each method's directives and its request and
+// response types, which the server's reflection service reports.
+//
 // A client calls inventory.NewInventoryClient(client).Deduct(ctx, req), where
 // client is a *proxy.Client. A server calls
 // inventory.RegisterInventoryServer(srv, impl) before serving.
