@@ -30,6 +30,7 @@ type Server struct {
 	log *slog.Logger
 	ts  *transport.Server
 	pub *publisher
+	obs transport.ServerObserver // WithObserver's; nil for none
 
 	services atomic.Pointer[map[string]*service] // copied on write, under mu
 	mu       sync.Mutex                          // serializes the copies of services
@@ -62,6 +63,7 @@ func NewServer(opts ...Option) *Server {
 	if tc.Logger == nil {
 		tc.Logger = s.log
 	}
+	s.obs = tc.Observer
 	s.ts = transport.NewServer(s, tc)
 	return s
 }
@@ -202,11 +204,13 @@ func (s *Server) Close() error {
 func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 	svc := (*s.services.Load())[req.Service]
 	if svc == nil {
+		s.rejected(transport.RejectUnimplemented)
 		setError(resp, protocol.StatusServiceNotFound, "service "+req.Service+" not found")
 		return
 	}
 	m := svc.methods[req.Method]
 	if m == nil {
+		s.rejected(transport.RejectUnimplemented)
 		setError(resp, protocol.StatusServiceNotFound, "method "+req.Service+"."+req.Method+" not found")
 		return
 	}
@@ -217,6 +221,7 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 			s.log.Warn("dabb: a call uses a serialization this server did not import; it is refused (40)",
 				"service", req.Service, "method", req.Method, "err", err)
 		}
+		s.rejected(transport.RejectBadRequest)
 		setError(resp, protocol.StatusBadRequest, err.Error())
 		return
 	}
@@ -244,6 +249,14 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 	}
 	resp.Payload = payload
 	resp.Header.SetStatus(protocol.StatusOK)
+}
+
+// rejected tells the observer, if any, of a request refused before the
+// interceptors.
+func (s *Server) rejected(reason transport.Rejection) {
+	if s.obs != nil {
+		s.obs.Rejected(reason)
+	}
 }
 
 // setHandlerError makes resp the error response of a handler's or an
