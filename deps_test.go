@@ -20,7 +20,20 @@ var allowed = map[string][]string{
 	"transport": {"protocol"},
 	"proxy":     {"protocol", "codec", "codec/proto", "registry", "balancer", "transport"},
 	"":          {"protocol", "codec", "registry", "transport"},
+	// The optional integrations: the server's metrics link the server,
+	// never the client; the client's link the client, never the server.
+	"prometheus":       {"", "protocol", "codec", "registry", "transport"},
+	"proxy/prometheus": {"proxy", "protocol", "codec", "codec/proto", "registry", "balancer", "transport"},
 }
+
+// integrations are the packages of allowed that may link the modules of
+// optional integrations (foreign): a program that does not import them
+// does not link those modules. OpenTelemetry's package, oteldabb, is a
+// module of its own, outside ./... here.
+var integrations = []string{"prometheus", "proxy/prometheus"}
+
+// foreign are the path prefixes of the optional integrations' modules.
+var foreign = []string{"github.com/prometheus/", "go.opentelemetry.io/"}
 
 const module = "github.com/dabbrpc/dabb"
 
@@ -63,6 +76,9 @@ func TestImportDirection(t *testing.T) {
 		checked++
 		for _, d := range p.Deps {
 			if !strings.HasPrefix(d, module) {
+				if f := foreignPrefix(d); f != "" && !contains(integrations, rel) {
+					t.Errorf("%s links %s: only the integration packages %v may link %s*", p.ImportPath, d, integrations, f)
+				}
 				continue
 			}
 			dep := strings.TrimPrefix(strings.TrimPrefix(d, module), "/")
@@ -91,6 +107,16 @@ func ruleFor(rel string) (rule []string, parent string, ok bool) {
 		}
 	}
 	return nil, "", false
+}
+
+// foreignPrefix returns the prefix of foreign that path has, or "".
+func foreignPrefix(path string) string {
+	for _, f := range foreign {
+		if strings.HasPrefix(path, f) {
+			return f
+		}
+	}
+	return ""
 }
 
 func contains(list []string, s string) bool {
