@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -59,13 +60,54 @@ func TestRetryEvent(t *testing.T) {
 		oteldabb.AttemptKey.Int(2), attrString("server.address", "127.0.0.1"), attrInt("server.port", port(t, live)),
 	} {
 		if got, ok := attr(ev.Attributes, w.Key); !ok || got != w.Value {
-			t.Errorf("retry event: %s = %v (present %v), want %v", w.Key, got.Emit(), ok, w.Value.Emit())
+			t.Errorf("retry event: %s = %v (present %v), want %v", w.Key, got.String(), ok, w.Value.String())
 		}
 	}
 	if _, ok := attr(ev.Attributes, oteldabb.StatusCodeKey); !ok {
 		t.Errorf("retry event has no %s: the failure it follows", oteldabb.StatusCodeKey)
 	}
 	wantAttrs(t, retried, attrInt("server.port", port(t, live)))
+}
+
+// TestHedgeEvent: a hedged call whose first attempt is slow sends a
+// backup, and its span records it as a hedge event.
+func TestHedgeEvent(t *testing.T) {
+	tr := newTracing(t)
+	slow, fast := serve(t, &serviceB, true), serve(t, &serviceB, false)
+	c := newClient(t, "test.B", []string{slow, fast}, proxy.WithBalancer(balancer.ConsistentHash),
+		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}),
+		proxy.WithMiddleware(oteldabb.ClientMiddleware(tr.opts...)))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	var hedged sdktrace.ReadOnlySpan
+	for i := 0; i < 64 && hedged == nil; i++ {
+		var reply msg
+		err := c.Invoke(ctx, "test.B", "Maybe", &msg{}, &reply, proxy.Idempotent(),
+			proxy.Hedge(10*time.Millisecond), proxy.Timeout(5*time.Second), proxy.HashKey(fmt.Sprint("key-", i)))
+		if err != nil || reply.Text != "fast" {
+			t.Fatalf("call %d: %q, %v; want the fast instance's answer", i, reply.Text, err)
+		}
+		spans := tr.rec.Ended()
+		if last := spans[len(spans)-1]; len(last.Events()) > 0 {
+			hedged = last
+		}
+	}
+	if hedged == nil {
+		t.Fatal("no key of 64 went to the slow instance first: the test proves nothing")
+	}
+	if n := len(hedged.Events()); n != 1 {
+		t.Fatalf("%d events, want 1 hedge", n)
+	}
+	ev := hedged.Events()[0]
+	if ev.Name != "hedge" {
+		t.Errorf("event %q, want hedge", ev.Name)
+	}
+	if got, ok := attr(ev.Attributes, oteldabb.AttemptKey); !ok || got.AsInt64() != 2 {
+		t.Errorf("hedge event: %s = %v (present %v), want 2", oteldabb.AttemptKey, got.String(), ok)
+	}
+	if _, ok := attr(ev.Attributes, oteldabb.StatusCodeKey); ok {
+		t.Errorf("hedge event has %s; a backup sent because the first was slow follows no failure", oteldabb.StatusCodeKey)
+	}
 }
 
 // TestGlobalDefaults: with no options, the middleware and the interceptor

@@ -38,7 +38,8 @@ type msg struct {
 }
 
 // serviceB answers Echo with the text and the "tenant" baggage member
-// it received, and fails Fail with a 60 of code not_found.
+// it received, and fails Fail with a 60 of code not_found. Maybe answers
+// at once, or, when the implementation is true, not before its ctx ends.
 var serviceB = dabb.ServiceDesc{Name: "test.B", Methods: []dabb.MethodDesc{
 	{Name: "Echo", Handler: func(_ any, ctx context.Context, dec func(any) error) (any, error) {
 		var req msg
@@ -46,6 +47,13 @@ var serviceB = dabb.ServiceDesc{Name: "test.B", Methods: []dabb.MethodDesc{
 			return nil, err
 		}
 		return &msg{Text: req.Text + " " + baggage.FromContext(ctx).Member("tenant").Value()}, nil
+	}},
+	{Name: "Maybe", Handler: func(impl any, ctx context.Context, dec func(any) error) (any, error) {
+		if slow, _ := impl.(bool); slow {
+			<-ctx.Done() // until the call's other attempt wins
+			return nil, ctx.Err()
+		}
+		return &msg{Text: "fast"}, nil
 	}},
 	{Name: "Fail", Handler: func(_ any, ctx context.Context, dec func(any) error) (any, error) {
 		return nil, protocol.NewError(protocol.StatusServiceNotFound, "not_found", "no such thing")
@@ -184,9 +192,9 @@ func wantAttrs(t *testing.T, span sdktrace.ReadOnlySpan, want ...attribute.KeyVa
 		got, ok := attr(span.Attributes(), w.Key)
 		switch {
 		case !ok:
-			t.Errorf("%v span %s: no %s, want %v", span.SpanKind(), span.Name(), w.Key, w.Value.Emit())
+			t.Errorf("%v span %s: no %s, want %v", span.SpanKind(), span.Name(), w.Key, w.Value.String())
 		case got != w.Value:
-			t.Errorf("%v span %s: %s = %v, want %v", span.SpanKind(), span.Name(), w.Key, got.Emit(), w.Value.Emit())
+			t.Errorf("%v span %s: %s = %v, want %v", span.SpanKind(), span.Name(), w.Key, got.String(), w.Value.String())
 		}
 	}
 }
