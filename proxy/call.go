@@ -20,7 +20,8 @@ type Caller interface {
 // only until Invoke returns; a middleware must not keep it.
 //
 // A middleware may change what the balancing stage reads after it:
-// Deadline, Attachments, HashKey, FailFast, Hedge and Idempotent. Changing
+// Deadline, Attachments, HashKey, FailFast, Hedge, Idempotent and
+// OnAttempt. Changing
 // Timeout has no effect by then: Deadline was computed from it before the
 // first middleware ran. A middleware's own error, returned without calling
 // next, reaches the caller as the cause of a local 90 (31 for a deadline).

@@ -15,9 +15,9 @@ const (
 	// RejectBudgetSpent: the request's budget was spent before it ran
 	// (status 31).
 	RejectBudgetSpent Rejection = "budget_spent"
-	// RejectBadRequest: the frame's body could not be decoded, was over
-	// MaxBody, or named a serialization the server does not have
-	// (status 40).
+	// RejectBadRequest: the frame's body could not be decoded or was over
+	// MaxBody (status 40). A dabb.Server reports it too for a request in
+	// a serialization it did not import.
 	RejectBadRequest Rejection = "bad_request"
 	// RejectUnimplemented: the server has no such service or method
 	// (status 60). The Handler reports it, not the transport: a
