@@ -23,6 +23,10 @@ var allowed = map[string][]string{
 	"health":       {},
 	"health/probe": {},
 	"":             {"protocol", "codec", "codec/json", "registry", "transport", "health", "reflection"},
+	// The optional integrations: the server's metrics link the server,
+	// never the client; the client's link the client, never the server.
+	"prometheus":       {"", "protocol", "codec", "codec/json", "registry", "transport", "health", "reflection"},
+	"proxy/prometheus": {"proxy", "protocol", "codec", "codec/proto", "codec/json", "registry", "balancer", "transport", "reflection"},
 }
 
 // unlinked lists, for a library package, the standard packages it must
@@ -33,6 +37,15 @@ var unlinked = map[string][]string{
 	"":       {"net/http"},
 	"health": {"net/http"},
 }
+
+// integrations are the packages of allowed that may link the modules of
+// optional integrations (foreign): a program that does not import them
+// does not link those modules. OpenTelemetry's package, oteldabb, is a
+// module of its own, outside ./... here.
+var integrations = []string{"prometheus", "proxy/prometheus"}
+
+// foreign are the path prefixes of the optional integrations' modules.
+var foreign = []string{"github.com/prometheus/", "go.opentelemetry.io/"}
 
 const module = "github.com/dabbrpc/dabb"
 
@@ -78,6 +91,9 @@ func TestImportDirection(t *testing.T) {
 				t.Errorf("%s links %s, which it must not (see unlinked)", p.ImportPath, d)
 			}
 			if !strings.HasPrefix(d, module) {
+				if f := foreignPrefix(d); f != "" && !contains(integrations, rel) {
+					t.Errorf("%s links %s: only the integration packages %v may link %s*", p.ImportPath, d, integrations, f)
+				}
 				continue
 			}
 			dep := strings.TrimPrefix(strings.TrimPrefix(d, module), "/")
@@ -106,6 +122,16 @@ func ruleFor(rel string) (rule []string, parent string, ok bool) {
 		}
 	}
 	return nil, "", false
+}
+
+// foreignPrefix returns the prefix of foreign that path has, or "".
+func foreignPrefix(path string) string {
+	for _, f := range foreign {
+		if strings.HasPrefix(path, f) {
+			return f
+		}
+	}
+	return ""
 }
 
 func contains(list []string, s string) bool {

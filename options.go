@@ -34,11 +34,15 @@ type options struct {
 // the concurrency bound, body limit, heartbeats, shutdown linger and
 // whether Close waits for handlers. A zero field keeps its default; see
 // transport.ServerConfig for each. A nil Logger gets the server's logger.
-// A nil TLS keeps the one WithTLS gave.
+// A nil TLS keeps the one WithTLS gave, a nil Observer the one
+// WithObserver gave.
 func WithTransport(cfg transport.ServerConfig) Option {
 	return func(o *options) {
 		if cfg.TLS == nil {
 			cfg.TLS = o.transport.TLS
+		}
+		if cfg.Observer == nil {
+			cfg.Observer = o.transport.Observer
 		}
 		o.transport = cfg
 	}
@@ -124,3 +128,16 @@ func WithDrainDelay(d time.Duration) Option { return func(o *options) { o.drainD
 // and never publishes it to the registry. Without it, a call to
 // dabb.Reflection is answered 60 (service not found).
 func WithoutReflection() Option { return func(o *options) { o.noReflection = true } }
+
+// WithObserver reports to obs what the server does outside its
+// interceptors: the requests it refuses before them, and the connections
+// it opens and closes. The transport reports overload, shutdown, a spent
+// budget and frames it cannot read; the server reports a serialization
+// it did not import (transport.RejectBadRequest) and a service or method
+// it does not have (transport.RejectUnimplemented). The calls that reach
+// the interceptors are theirs to observe (WithInterceptor). Package
+// github.com/dabbrpc/dabb/prometheus implements both. Default none:
+// nothing is reported, at no cost.
+func WithObserver(obs transport.ServerObserver) Option {
+	return func(o *options) { o.transport.Observer = obs }
+}

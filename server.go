@@ -31,6 +31,7 @@ type Server struct {
 	log    *slog.Logger
 	ts     *transport.Server
 	pub    *publisher
+	obs    transport.ServerObserver // WithObserver's; nil for none
 	health healthState
 	// drainDelay is WithDrainDelay's wait between the withdrawal and the
 	// transport's shutdown.
@@ -72,6 +73,7 @@ func NewServer(opts ...Option) *Server {
 	if tc.Logger == nil {
 		tc.Logger = s.log
 	}
+	s.obs = tc.Observer
 	if tc.Serializations == nil {
 		// A request in a serialization that is no codec of dabb's is
 		// answered before its body is parsed: a Dubbo peer's hessian2 body
@@ -246,16 +248,19 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 			s.log.Warn("dabb: a call uses a serialization this server did not import; it is refused (40)",
 				"service", req.Service, "method", req.Method, "err", err)
 		}
+		s.rejected(transport.RejectBadRequest)
 		setError(resp, protocol.StatusBadRequest, err.Error())
 		return
 	}
 	svc := (*s.services.Load())[req.Service]
 	if svc == nil {
+		s.rejected(transport.RejectUnimplemented)
 		setError(resp, protocol.StatusServiceNotFound, "service "+req.Service+" not found")
 		return
 	}
 	m := svc.methods[req.Method]
 	if m == nil {
+		s.rejected(transport.RejectUnimplemented)
 		setError(resp, protocol.StatusServiceNotFound, "method "+req.Service+"."+req.Method+" not found")
 		return
 	}
@@ -283,6 +288,14 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 	}
 	resp.Payload = payload
 	resp.Header.SetStatus(protocol.StatusOK)
+}
+
+// rejected tells the observer, if any, of a request refused before the
+// interceptors.
+func (s *Server) rejected(reason transport.Rejection) {
+	if s.obs != nil {
+		s.obs.Rejected(reason)
+	}
 }
 
 // setHandlerError makes resp the error response of a handler's or an

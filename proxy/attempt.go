@@ -152,6 +152,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 		return c.hedged(ctx, call, st)
 	}
 	a := attempts{c: c, call: call}
+	var last error // the failure of the previous attempt
 	for {
 		var in registry.Instance
 		var done balancer.Done
@@ -175,7 +176,11 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 		}
 		call.Addr = in.Addr
 		call.Attempt = a.start(in.Addr)
+		if call.OnAttempt != nil {
+			call.OnAttempt(AttemptInfo{Attempt: call.Attempt, Addr: in.Addr, After: last})
+		}
 		err := c.attempt(ctx, call, done)
+		last = err
 		a.record(call.Addr, call.Attempt, err)
 		if err == nil || !a.retry(ctx, err) {
 			return a.result()

@@ -264,3 +264,61 @@ func TestRefusedCallsAreNotRetried(t *testing.T) {
 		})
 	}
 }
+
+// attemptHook is a middleware that records what Call.OnAttempt is told.
+type attemptHook struct{ infos []proxy.AttemptInfo }
+
+func (h *attemptHook) middleware(next proxy.Invoker) proxy.Invoker {
+	return func(ctx context.Context, call *proxy.Call) error {
+		h.infos = nil
+		call.OnAttempt = func(info proxy.AttemptInfo) { h.infos = append(h.infos, info) }
+		return next(ctx, call)
+	}
+}
+
+// TestOnAttempt: the hook hears each attempt as it goes out, with its
+// number, instance, whether it is a hedge and the failure it follows.
+func TestOnAttempt(t *testing.T) {
+	t.Run("retry", func(t *testing.T) {
+		live, dead := serve(t, &seen{}, 0, transport.ServerConfig{}), deadAddr(t)
+		rec, hook := &callRecorder{}, &attemptHook{}
+		c := client(t, []string{live, dead}, proxy.WithBalancer(balancer.ConsistentHash),
+			proxy.WithMiddleware(rec.middleware, hook.middleware),
+			proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		key := keyOwnedBy(t, ctx, c, rec, dead)
+		if _, err := invoke(ctx, c, proxy.HashKey(key)); err != nil {
+			t.Fatalf("call: %v", err)
+		}
+		got := hook.infos
+		if len(got) != 2 {
+			t.Fatalf("the hook heard %d attempts (%+v), want 2", len(got), got)
+		}
+		if got[0] != (proxy.AttemptInfo{Attempt: 1, Addr: dead}) {
+			t.Errorf("first attempt %+v, want number 1 on %s, after nothing", got[0], dead)
+		}
+		if got[1].Attempt != 2 || got[1].Addr != live || got[1].Hedge || !errors.Is(got[1].After, proxy.ErrNotSent) {
+			t.Errorf("second attempt %+v, want number 2 on %s, no hedge, after a failure not sent", got[1], live)
+		}
+	})
+	t.Run("hedge", func(t *testing.T) {
+		slow, fast := serve(t, &seen{}, waitCancel, transport.ServerConfig{}), serve(t, &seen{}, 0, transport.ServerConfig{})
+		rec, hook := &callRecorder{}, &attemptHook{}
+		c := client(t, []string{slow, fast}, proxy.WithBalancer(balancer.ConsistentHash),
+			proxy.WithMiddleware(rec.middleware, hook.middleware),
+			proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		key := keyOwnedBy(t, ctx, c, rec, slow)
+		got, err := invoke(ctx, c, proxy.Idempotent(), proxy.HashKey(key), proxy.Hedge(10*time.Millisecond),
+			proxy.Timeout(2*time.Second))
+		if err != nil || got != fast {
+			t.Fatalf("hedged call answered %q, %v; want %s's answer", got, err, fast)
+		}
+		want := []proxy.AttemptInfo{{Attempt: 1, Addr: slow}, {Attempt: 2, Addr: fast, Hedge: true}}
+		if len(hook.infos) != 2 || hook.infos[0] != want[0] || hook.infos[1] != want[1] {
+			t.Errorf("the hook heard %+v, want %+v", hook.infos, want)
+		}
+	})
+}

@@ -20,7 +20,8 @@ type Caller interface {
 // only until Invoke returns; a middleware must not keep it.
 //
 // A middleware may change what the balancing stage reads after it:
-// Deadline, Attachments, HashKey, FailFast, Hedge and Idempotent. Changing
+// Deadline, Attachments, HashKey, FailFast, Hedge, Idempotent and
+// OnAttempt. Changing
 // Timeout has no effect by then: Deadline was computed from it before the
 // first middleware ran. A middleware's own error, returned without calling
 // next, reaches the caller as the cause of a local 90 (31 for a deadline).
@@ -61,6 +62,12 @@ type Call struct {
 	// that failed unsent. Empty and 0 when no attempt was made.
 	Addr    string
 	Attempt int
+	// OnAttempt, when set, is told of each attempt as it goes out, after
+	// its instance is picked and before it is sent. It is called on the
+	// call's goroutine, once per attempt, in order, before next returns.
+	// A middleware sets it to record retries and hedges (tracing does).
+	// Default nil: nothing is called.
+	OnAttempt func(AttemptInfo)
 
 	codec codec.Codec
 	// payload, when set, is the request already marshaled, and Req is not
@@ -81,6 +88,21 @@ func (c *Call) balanced() string {
 		return c.route
 	}
 	return c.Service
+}
+
+// AttemptInfo describes an attempt of a call as it goes out
+// (Call.OnAttempt).
+type AttemptInfo struct {
+	// Attempt is the attempt's number, from 1.
+	Attempt int
+	// Addr is the instance it goes to.
+	Addr string
+	// Hedge marks the backup attempt of a hedged call (proxy.Hedge).
+	Hedge bool
+	// After is the failure of the attempt this one follows. It is nil for
+	// the first attempt, and for a backup sent because the first had not
+	// answered in time.
+	After error
 }
 
 // SetAttachment adds a key/value pair to the call's attachments.

@@ -69,7 +69,11 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 	if err != nil {
 		return c.noInstance(ctx, call.balanced(), err)
 	}
-	launch(first, done, a.start(first.Addr))
+	n := a.start(first.Addr)
+	if call.OnAttempt != nil {
+		call.OnAttempt(AttemptInfo{Attempt: n, Addr: first.Addr})
+	}
+	launch(first, done, n)
 	outstanding := 1
 	// decided is set once the first attempt had its one decision: the
 	// backup goes, or it does not.
@@ -100,7 +104,11 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 			c.opts.observer.Retried(call.Service, call.Method, status)
 		}
 		outstanding++
-		launch(in, done, a.start(in.Addr))
+		n := a.start(in.Addr)
+		if call.OnAttempt != nil {
+			call.OnAttempt(AttemptInfo{Attempt: n, Addr: in.Addr, Hedge: true, After: failed})
+		}
+		launch(in, done, n)
 	}
 	timer := time.NewTimer(call.Hedge)
 	defer timer.Stop()

@@ -6,7 +6,8 @@
 # modules are the library (.), the demo (examples/, the one with etcd's
 # server) and the benchmark harness (bench/, so the peers it measures stay
 # out of dabb's go.mod; its tests run the harness on short windows, not a
-# measurement).
+# measurement) and oteldabb (OpenTelemetry tracing, kept out of dabb's
+# go.mod).
 #
 # It installs what the tests need when it is missing: ZooKeeper and etcd
 # from Debian's packages (as root, or through sudo), staticcheck from the Go
@@ -37,7 +38,7 @@ fi
 
 # modules lists every module of the repository: ./... stops at a go.mod, so
 # each one is checked in its own directory. A go.mod not listed fails here.
-modules=(. examples bench)
+modules=(. examples oteldabb bench)
 for f in $(git ls-files go.mod '*/go.mod' 2>/dev/null || find . -name go.mod); do
 	m=$(dirname "${f#./}")
 	if [[ " ${modules[*]} " != *" $m "* ]]; then

@@ -131,6 +131,11 @@ type ServerConfig struct {
 	// Logger receives connection events and handler panics.
 	// Default slog.Default().
 	Logger *slog.Logger
+
+	// Observer, when set, is told of the requests the server refuses
+	// before their handler and of the connections it opens and closes.
+	// Default nil: nothing is reported, at no cost.
+	Observer ServerObserver
 }
 
 // Messages of the statuses the server makes itself.
@@ -460,24 +465,32 @@ func (s *Server) full(nc net.Conn) bool {
 // but those accepted from a listener's queue (sc.drained).
 func (s *Server) track(sc *serverConn) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if st := s.current(); st == closed || (st == draining && !sc.drained) {
+		s.mu.Unlock()
 		return false
 	}
 	s.conns[sc] = struct{}{}
 	s.nconns.Add(1)
 	s.wg.Add(1)
+	s.mu.Unlock()
+	if o := s.cfg.Observer; o != nil {
+		o.ConnOpened()
+	}
 	return true
 }
 
 // forget removes a closed connection.
 func (s *Server) forget(sc *serverConn) {
 	s.mu.Lock()
-	if _, ok := s.conns[sc]; ok {
+	_, ok := s.conns[sc]
+	if ok {
 		delete(s.conns, sc)
 		s.nconns.Add(-1)
 	}
 	s.mu.Unlock()
+	if o := s.cfg.Observer; ok && o != nil {
+		o.ConnClosed()
+	}
 }
 
 // openConns returns the connections being served.

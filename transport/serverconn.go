@@ -227,6 +227,9 @@ func (sc *serverConn) serve() {
 			}
 			if errors.Is(err, protocol.ErrMalformed) {
 				// The frame was consumed whole: answer it and go on.
+				if f := call.req.Header.Flags(); f.IsRequest() && !f.IsEvent() {
+					s.rejected(RejectBadRequest)
+				}
 				if call.req.Header.Flags().IsTwoWay() {
 					sc.answer(&call.req, protocol.StatusBadRequest, []byte(err.Error()))
 				}
@@ -281,8 +284,11 @@ func (sc *serverConn) skipBody(br *bufio.Reader, req *protocol.Message, tooLarge
 	}
 	f := req.Header.Flags()
 	sc.s.log.Info("transport: request body over MaxBody; dropped it", "remote", sc.nc.RemoteAddr(), "err", tooLarge)
-	if f.IsRequest() && f.IsTwoWay() && !f.IsEvent() {
-		sc.answer(req, protocol.StatusBadRequest, []byte(tooLarge.Error()))
+	if f.IsRequest() && !f.IsEvent() {
+		sc.s.rejected(RejectBadRequest)
+		if f.IsTwoWay() {
+			sc.answer(req, protocol.StatusBadRequest, []byte(tooLarge.Error()))
+		}
 	}
 	return true
 }
@@ -308,24 +314,26 @@ func (sc *serverConn) dispatch(call *serverCall) {
 	twoWay := req.Header.Flags().IsTwoWay()
 	var status protocol.Status
 	var msg []byte
+	var reason Rejection
 	switch {
 	case s.current() != serving:
-		status, msg = protocol.StatusServerThreadpoolExhausted, msgShuttingDown
+		status, msg, reason = protocol.StatusServerThreadpoolExhausted, msgShuttingDown, RejectShutdown
 	case req.Timeout < 0:
-		status, msg = protocol.StatusServerTimeout, msgBudgetSpent
+		status, msg, reason = protocol.StatusServerTimeout, msgBudgetSpent, RejectBudgetSpent
 	case s.slots.Add(1) > int64(s.cfg.MaxConcurrent):
 		s.slots.Add(-1)
-		status, msg = protocol.StatusServerThreadpoolExhausted, msgBusy
+		status, msg, reason = protocol.StatusServerThreadpoolExhausted, msgBusy, RejectOverload
 	default:
 		// Count the call, then look again: Shutdown stores draining, then
 		// reads active. So either it sees this call or the call sees it.
 		if s.active.Add(1); s.current() != serving {
 			s.slots.Add(-1)
 			s.release()
-			status, msg = protocol.StatusServerThreadpoolExhausted, msgShuttingDown
+			status, msg, reason = protocol.StatusServerThreadpoolExhausted, msgShuttingDown, RejectShutdown
 		}
 	}
 	if status != 0 {
+		s.rejected(reason)
 		if twoWay {
 			if status == protocol.StatusServerThreadpoolExhausted && s.current() != serving {
 				sc.announce() // the client learns why before it sees the 100
