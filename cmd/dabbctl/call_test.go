@@ -1,3 +1,5 @@
+//go:build !windows
+
 // Tests of call: JSON in and out, attachments, -addr, and failed calls.
 
 package main

@@ -1,3 +1,5 @@
+//go:build !windows
+
 // Tests of describe: methods, fields, templates, and a server without reflection.
 
 package main

@@ -1,3 +1,5 @@
+//go:build !windows
+
 // Tests of health: serving, unknown, and not serving once Shutdown begins.
 
 package main

@@ -1,3 +1,5 @@
+//go:build !windows
+
 // Tests of ls: services, instances, health, against both registries.
 
 package main

@@ -1,3 +1,5 @@
+//go:build !windows
+
 // Tests of dabbctl run the built binary against real etcd and ZooKeeper
 // servers and real dabb servers, each in a process of its own: the test
 // binary itself, run as a server (runServerProcess).

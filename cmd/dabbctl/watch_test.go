@@ -1,3 +1,5 @@
+//go:build !windows
+
 // Tests of watch: joins and leaves as they happen, and the end at an interrupt.
 
 package main
