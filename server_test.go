@@ -18,6 +18,7 @@ import (
 
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/balancer"
+	"github.com/dabbrpc/dabb/codec"
 	_ "github.com/dabbrpc/dabb/codec/proto"
 	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/protocol"
@@ -797,7 +798,9 @@ func mustMarshal(t *testing.T, m gproto.Message) []byte {
 // transport pool and returns the error it gets back.
 func rawCall(ctx context.Context, t *testing.T, addr, service, method string, ser byte, payload []byte) error {
 	t.Helper()
-	pool := transport.NewPool(transport.Config{})
+	// As a dabb client's pool: a frame in another protocol's
+	// serialization is not parsed as dabb's.
+	pool := transport.NewPool(transport.Config{Serializations: codec.Known})
 	defer pool.Close()
 	m := &protocol.Message{Service: service, Method: method, Timeout: time.Second, Payload: payload}
 	m.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, ser), 0, 0)

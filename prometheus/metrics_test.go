@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dabbrpc/dabb"
+	"github.com/dabbrpc/dabb/codec"
 	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/internal/wait"
 	dabbprom "github.com/dabbrpc/dabb/prometheus"
@@ -241,14 +242,17 @@ func TestServerMetrics(t *testing.T) {
 
 	// A spent budget and a serialization the server does not have come
 	// from a bare transport pool, which sends them as told.
-	pool := transport.NewPool(transport.Config{ConnsPerAddr: 1, Logger: quiet})
-	for _, tc := range []struct {
+	pool := transport.NewPool(transport.Config{ConnsPerAddr: 1, Logger: quiet, Serializations: codec.Known})
+	for i, tc := range []struct {
 		ser     byte
 		timeout time.Duration
 		want    protocol.Status
 	}{
 		{ser: 22, timeout: -1, want: protocol.StatusServerTimeout},
-		{ser: 3, timeout: time.Second, want: protocol.StatusBadRequest},
+		// Dubbo's java serialization: the server answers 40 in the peer's
+		// words, which the pool reads as a peer that is not a dabb server
+		// (50) before it closes the connection.
+		{ser: 3, timeout: time.Second, want: protocol.StatusBadResponse},
 	} {
 		req := &protocol.Message{Service: svc, Method: "Do", Timeout: tc.timeout}
 		req.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, tc.ser), 0, 0)
@@ -259,9 +263,11 @@ func TestServerMetrics(t *testing.T) {
 		if got := protocol.StatusOf(err); got != tc.want {
 			t.Errorf("serialization %d, timeout %v: status %v (%v), want %v", tc.ser, tc.timeout, got, err, tc.want)
 		}
-	}
-	if got := gauge(t, reg, connections, labels{}); got != 2 {
-		t.Errorf("%v connections open, want 2: the client's and the pool's", got)
+		if i == 0 {
+			if got := gauge(t, reg, connections, labels{}); got != 2 {
+				t.Errorf("%v connections open, want 2: the client's and the pool's", got)
+			}
+		}
 	}
 	pool.Close()
 	wait.Until(t, 5*time.Second, time.Millisecond, "the server to count the pool's connection closed", func() bool {

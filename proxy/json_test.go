@@ -18,6 +18,7 @@ import (
 
 	"github.com/dabbrpc/dabb"
 	_ "github.com/dabbrpc/dabb/codec/json"
+	"github.com/dabbrpc/dabb/health"
 	"github.com/dabbrpc/dabb/internal/etcdtest"
 	"github.com/dabbrpc/dabb/internal/inventory"
 	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
@@ -472,7 +473,7 @@ func TestViaBalancesOverService(t *testing.T) {
 		if err := c2.Invoke(ctx, reflection.ServiceName, reflection.MethodList, &reflection.ListRequest{}, &reply, proxy.Via(svc)); err != nil {
 			t.Fatalf("List via %s: %v", svc, err)
 		}
-		wantList := []string{reflection.ServiceName, want}
+		wantList := []string{health.ServiceName, reflection.ServiceName, want}
 		slices.Sort(wantList)
 		if !slices.Equal(reply.Services, wantList) {
 			t.Errorf("List via %s = %v, want %v", svc, reply.Services, wantList)

@@ -388,6 +388,7 @@ func (sc *serverConn) answerForeign(req *protocol.Message) {
 	if !f.IsRequest() {
 		return // a stray response: nothing waits for it
 	}
+	sc.s.rejected(RejectBadRequest)
 	id := f.Serialization()
 	name := protocol.SerializationName(id)
 	sc.s.logPeer(sc.nc.RemoteAddr(), "transport: a request in a serialization this server does not read; answered 40",
