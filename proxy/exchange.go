@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/dabbrpc/dabb/internal/bufpool"
@@ -30,7 +31,7 @@ func (c *Client) send(ctx context.Context, call *Call, start time.Time) error {
 // the budget. It returns the OK response, which the caller must decode or
 // release.
 func (c *Client) exchange(ctx context.Context, call *Call, addr string, start time.Time) (*protocol.Message, error) {
-	budget, err := c.attemptBudget(call, addr, start, start)
+	budget, perTry, err := c.attemptBudget(call, addr, start, start, len(call.payload) >= slowMarshal)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +54,7 @@ func (c *Client) exchange(ctx context.Context, call *Call, addr string, start ti
 		if len(payload) >= slowMarshal {
 			// Encoding this much takes a measurable part of the budget:
 			// what travels is what is left after it.
-			if budget, err = c.attemptBudget(call, addr, start, time.Now()); err != nil {
+			if budget, perTry, err = c.attemptBudget(call, addr, start, time.Now(), true); err != nil {
 				return nil, err
 			}
 		}
@@ -69,8 +70,18 @@ func (c *Client) exchange(ctx context.Context, call *Call, addr string, start ti
 	m.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, call.codec.ID()), 0, 0)
 	resp, err := c.pool.RoundTrip(ctx, addr, m)
 	*m = protocol.Message{}
+	if err != nil && perTry && errors.Is(err, ErrNotSent) && protocol.StatusOf(err) == protocol.StatusClientTimeout {
+		// The per-try timeout ran out before the request left (waiting
+		// for a connection or for the large requests' turn): the call's
+		// budget is not spent, and another instance may take it.
+		return nil, protocol.NotSent(protocol.StatusClientTimeout, "per-try timeout before sending to "+addr, errPerTryTimeout)
+	}
 	return resp, err
 }
+
+// errPerTryTimeout is the cause of an attempt that its per-try timeout
+// ended before it was sent. Unlike a spent budget, it may be retried.
+var errPerTryTimeout = errors.New("proxy: per-try timeout")
 
 // slowMarshal is the encoded size from which exchange reads the clock again
 // after marshaling, to send only what is left of the budget.
@@ -79,18 +90,23 @@ const slowMarshal = 64 << 10
 // attemptBudget is what an attempt on addr that began at start has left at
 // now. That is the call's deadline, or the per-try timeout of an
 // idempotent call if that ends first: the fixed one, or the adaptive one.
+// perTry reports that the per-try timeout set it. The adaptive one does
+// not apply to a large request (64 KiB or more): its time is its
+// transfer, which the latencies the peak learned from say nothing of.
 // Less than a millisecond is an error: not sent.
-func (c *Client) attemptBudget(call *Call, addr string, start, now time.Time) (time.Duration, error) {
-	budget := call.Deadline.Sub(now)
-	if pt := c.opts.retry.PerTryTimeout; pt > 0 && call.Idempotent {
-		budget = min(budget, pt-now.Sub(start))
-	} else if pt, ok := c.adaptivePerTry(call, addr, start); ok {
-		budget = min(budget, pt-now.Sub(start))
+func (c *Client) attemptBudget(call *Call, addr string, start, now time.Time, large bool) (budget time.Duration, perTry bool, err error) {
+	budget = call.Deadline.Sub(now)
+	pt, ok := c.opts.retry.PerTryTimeout, c.opts.retry.PerTryTimeout > 0 && call.Idempotent
+	if !ok && !large {
+		pt, ok = c.adaptivePerTry(call, addr, start)
+	}
+	if left := pt - now.Sub(start); ok && left < budget {
+		budget, perTry = left, true
 	}
 	if budget < time.Millisecond {
-		return 0, protocol.NotSent(protocol.StatusClientTimeout, "budget spent before sending "+call.Service+"."+call.Method, nil)
+		return 0, false, protocol.NotSent(protocol.StatusClientTimeout, "budget spent before sending "+call.Service+"."+call.Method, nil)
 	}
-	return budget, nil
+	return budget, perTry, nil
 }
 
 // decode decodes an OK response into call.Resp and releases it.

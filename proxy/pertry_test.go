@@ -131,3 +131,46 @@ func TestFrozenInstanceOnDefaults(t *testing.T) {
 		t.Fatalf("p99 %v from 2 s after the freeze, not under twice the %v before it", late, normal)
 	}
 }
+
+// TestAdaptivePerTrySparesLargeRequests: the adaptive per-try timeout,
+// learned from small calls that answer at once, does not cut a large
+// request (64 KiB or more) whose transfer and handling take longer than
+// it: the large call succeeds on its first attempt, sent once.
+func TestAdaptivePerTrySparesLargeRequests(t *testing.T) {
+	const slow = 300 * time.Millisecond // over the adaptive floor, 100 ms
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var large atomic.Int64
+	srv := transport.NewServer(transport.HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		if len(req.Payload) >= 64<<10 {
+			large.Add(1)
+			// The handler's work: a large request takes this long.
+			select {
+			case <-time.After(slow):
+			case <-ctx.Done():
+				return
+			}
+		}
+		resp.Payload, _ = gproto.Marshal(&pb.StockReply{Sku: "ok"})
+	}), transport.ServerConfig{Logger: quiet})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	c := client(t, []string{l.Addr().String(), deadAddr(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range 50 { // the instance's latency peak learns small calls
+		if _, err := invoke(ctx, c, proxy.Idempotent()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := &pb.StockRequest{Sku: string(make([]byte, 128<<10))}
+	if err := c.Invoke(ctx, service, "M", req, new(pb.StockReply), proxy.Idempotent(), proxy.Timeout(5*time.Second)); err != nil {
+		t.Fatalf("a large idempotent call that takes %v: %v", slow, err)
+	}
+	if n := large.Load(); n != 1 {
+		t.Fatalf("the large request reached the server %d times, want once", n)
+	}
+}

@@ -105,6 +105,9 @@ func classify(err error) verdict {
 		return fatal
 	}
 	if errors.Is(err, ErrNotSent) {
+		if errors.Is(err, errPerTryTimeout) {
+			return notActed // the call's budget remains: try elsewhere
+		}
 		switch pe.Status {
 		case protocol.StatusClientTimeout, protocol.StatusClientError:
 			return fatal // the budget is spent or the caller gave up: nothing to retry with

@@ -34,6 +34,7 @@ func TestClassify(t *testing.T) {
 		{"not sent: no connection", notSent(protocol.StatusChannelInactive), notActed},
 		{"not sent: budget spent", notSent(protocol.StatusClientTimeout), fatal},
 		{"not sent: caller gave up", notSent(protocol.StatusClientError), fatal},
+		{"not sent: per-try timeout", protocol.NotSent(protocol.StatusClientTimeout, "per-try timeout", errPerTryTimeout), notActed},
 		{"timed out after sending", &protocol.Error{Status: protocol.StatusServerTimeout}, unknown},
 		{"connection lost after sending", &protocol.Error{Status: protocol.StatusChannelInactive}, unknown},
 		{"wrapped", fmt.Errorf("middleware: %w", notSent(protocol.StatusChannelInactive)), notActed},
