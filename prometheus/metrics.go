@@ -5,8 +5,6 @@ package prometheus
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -15,13 +13,14 @@ import (
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dabbrpc/dabb"
+	"github.com/dabbrpc/dabb/internal/promutil"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/transport"
 )
 
 // ErrBadBuckets is returned by New for histogram buckets that are empty,
 // not strictly increasing or not numbers.
-var ErrBadBuckets = errors.New("prometheus: histogram buckets must be non-empty and strictly increasing")
+var ErrBadBuckets = promutil.ErrBadBuckets
 
 // DefaultBuckets are the upper bounds, in seconds, of the handling
 // duration histogram: from 100 µs to 10 s, as the client's.
@@ -95,7 +94,7 @@ func New(reg prom.Registerer, opts ...Option) (*Metrics, error) {
 	if cfg.buckets == nil {
 		cfg.buckets = append([]float64(nil), DefaultBuckets...)
 	}
-	if err := checkBuckets(cfg.buckets); err != nil {
+	if err := promutil.CheckBuckets(cfg.buckets); err != nil {
 		return nil, err
 	}
 	if reg == nil {
@@ -127,32 +126,10 @@ func New(reg prom.Registerer, opts ...Option) (*Metrics, error) {
 		m.byReason[r] = m.rejections.WithLabelValues(string(r))
 	}
 	collectors := []prom.Collector{m.calls, m.durations, m.inFlight, m.rejections, m.connections}
-	for i, c := range collectors {
-		if err := reg.Register(c); err != nil {
-			for _, done := range collectors[:i] {
-				reg.Unregister(done)
-			}
-			return nil, fmt.Errorf("prometheus: register dabb server metrics: %w", err)
-		}
+	if err := promutil.Register(reg, "dabb server metrics", collectors...); err != nil {
+		return nil, err
 	}
 	return m, nil
-}
-
-// checkBuckets rejects bounds the histogram would panic on later, on the
-// call path.
-func checkBuckets(b []float64) error {
-	if len(b) == 0 {
-		return fmt.Errorf("%w: none given", ErrBadBuckets)
-	}
-	for i, v := range b {
-		if math.IsNaN(v) {
-			return fmt.Errorf("%w: bound %d is NaN", ErrBadBuckets, i)
-		}
-		if i > 0 && v <= b[i-1] {
-			return fmt.Errorf("%w: %g follows %g", ErrBadBuckets, v, b[i-1])
-		}
-	}
-	return nil
 }
 
 // Interceptor returns the interceptor that counts and times the calls.

@@ -3,9 +3,6 @@
 package prometheus
 
 import (
-	"errors"
-	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -13,13 +10,14 @@ import (
 
 	prom "github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dabbrpc/dabb/internal/promutil"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
 )
 
 // ErrBadBuckets is returned by New for histogram buckets that are empty,
 // not strictly increasing or not numbers.
-var ErrBadBuckets = errors.New("prometheus: histogram buckets must be non-empty and strictly increasing")
+var ErrBadBuckets = promutil.ErrBadBuckets
 
 // DefaultBuckets are the upper bounds, in seconds, of the attempt duration
 // histogram: from 100 µs, a loopback call, to 10 s, well past any sensible
@@ -109,7 +107,7 @@ func New(reg prom.Registerer, opts ...Option) (*Observer, error) {
 	if cfg.buckets == nil {
 		cfg.buckets = append([]float64(nil), DefaultBuckets...)
 	}
-	if err := checkBuckets(cfg.buckets); err != nil {
+	if err := promutil.CheckBuckets(cfg.buckets); err != nil {
 		return nil, err
 	}
 	if reg == nil {
@@ -156,32 +154,10 @@ func New(reg prom.Registerer, opts ...Option) (*Observer, error) {
 		}, []string{"instance"})
 		collectors = append(collectors, o.breakerState)
 	}
-	for i, c := range collectors {
-		if err := reg.Register(c); err != nil {
-			for _, done := range collectors[:i] {
-				reg.Unregister(done)
-			}
-			return nil, fmt.Errorf("prometheus: register dabb client metrics: %w", err)
-		}
+	if err := promutil.Register(reg, "dabb client metrics", collectors...); err != nil {
+		return nil, err
 	}
 	return o, nil
-}
-
-// checkBuckets rejects bounds the histogram would panic on later, on the
-// call path.
-func checkBuckets(b []float64) error {
-	if len(b) == 0 {
-		return fmt.Errorf("%w: none given", ErrBadBuckets)
-	}
-	for i, v := range b {
-		if math.IsNaN(v) {
-			return fmt.Errorf("%w: bound %d is NaN", ErrBadBuckets, i)
-		}
-		if i > 0 && v <= b[i-1] {
-			return fmt.Errorf("%w: %g follows %g", ErrBadBuckets, v, b[i-1])
-		}
-	}
-	return nil
 }
 
 // Attempted counts one attempt and observes its latency.
