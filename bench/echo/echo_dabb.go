@@ -57,6 +57,17 @@ func (c *echoClient) Deliver(ctx context.Context, req *benchpb.BenchmarkMessage)
 	return resp, nil
 }
 
+// Say is Echo declared as a user's method is by default: no directives.
+//
+// Say calls bench.Echo.Say.
+func (c *echoClient) Say(ctx context.Context, req *benchpb.BenchmarkMessage) (*benchpb.BenchmarkMessage, error) {
+	resp := new(benchpb.BenchmarkMessage)
+	if err := c.c.Invoke(ctx, EchoServiceName, "Say", req, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
 // RegisterEchoServer registers impl with s to serve bench.Echo.
 func RegisterEchoServer(s *dabb.Server, impl Echo) error {
 	return s.RegisterService(&EchoServiceDesc, impl)
@@ -69,6 +80,7 @@ var EchoServiceDesc = dabb.ServiceDesc{
 	Methods: []dabb.MethodDesc{
 		{Name: "Echo", Idempotent: true, Timeout: 30 * time.Second, Request: (*benchpb.BenchmarkMessage)(nil), Response: (*benchpb.BenchmarkMessage)(nil), Handler: _Echo_Echo_Handler},
 		{Name: "Deliver", Timeout: 30 * time.Second, Request: (*benchpb.BenchmarkMessage)(nil), Response: (*benchpb.BenchmarkMessage)(nil), Handler: _Echo_Deliver_Handler},
+		{Name: "Say", Request: (*benchpb.BenchmarkMessage)(nil), Response: (*benchpb.BenchmarkMessage)(nil), Handler: _Echo_Say_Handler},
 	},
 }
 
@@ -86,4 +98,12 @@ func _Echo_Deliver_Handler(srv any, ctx context.Context, dec func(any) error) (a
 		return nil, err
 	}
 	return srv.(Echo).Deliver(ctx, req)
+}
+
+func _Echo_Say_Handler(srv any, ctx context.Context, dec func(any) error) (any, error) {
+	req := new(benchpb.BenchmarkMessage)
+	if err := dec(req); err != nil {
+		return nil, err
+	}
+	return srv.(Echo).Say(ctx, req)
 }

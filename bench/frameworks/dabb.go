@@ -16,14 +16,27 @@ import (
 	"github.com/dabbrpc/dabb/registry/static"
 )
 
-// Dabb is dabb on its defaults: the rpcgen stub over proxy.Client (a static
+// Dabb is dabb as a user gets it: a method with no directives (Say: not
+// idempotent, so each call carries an idempotency key, under the default
+// 1 s budget), the rpcgen stub over proxy.Client on its defaults (a static
 // registry of one address, two multiplexed connections), protobuf codec.
 func Dabb() Framework {
 	return Framework{
 		Name:  "dabb",
-		Setup: "dabb (this repo), rpcgen stub, proxy.Client defaults (2 multiplexed conns; requests of 64 KiB or more on a third, one at a time, paced to a quarter of the time while small calls are in flight), protobuf",
+		Setup: "dabb (this repo), a method with no directives (not idempotent: an idempotency key per call; the default 1 s budget), rpcgen stub, proxy.Client defaults (2 multiplexed conns; requests of 64 KiB or more on a third, one at a time, paced to a quarter of the time while small calls are in flight), protobuf",
 		Serve: func(l net.Listener) (io.Closer, error) { return serveDabb(l) },
-		Dial:  func(addr string) (Client, error) { return dialDabb(addr) },
+		Dial:  func(addr string) (Client, error) { return dialDabb(addr, false) },
+	}
+}
+
+// DabbIdempotent is Dabb calling Echo, the method declared
+// //dabb:idempotent and //dabb:timeout 30s: no idempotency key.
+func DabbIdempotent() Framework {
+	return Framework{
+		Name:  "dabb-idem",
+		Setup: "dabb's setup calling a method declared //dabb:idempotent and //dabb:timeout 30s: no idempotency key, retries allowed, a 30 s budget",
+		Serve: func(l net.Listener) (io.Closer, error) { return serveDabb(l) },
+		Dial:  func(addr string) (Client, error) { return dialDabb(addr, true) },
 	}
 }
 
@@ -46,7 +59,7 @@ func DabbTLS() Framework {
 			if err != nil {
 				return nil, err
 			}
-			return dialDabb(addr, proxy.WithTLS(cfg))
+			return dialDabb(addr, false, proxy.WithTLS(cfg))
 		},
 	}
 }
@@ -77,18 +90,22 @@ func (s *dabbServer) Close() error {
 type dabbClient struct {
 	c    *proxy.Client
 	stub echo.Echo
+	idem bool // call Echo (idempotent) rather than Say
 }
 
-func dialDabb(addr string, opts ...proxy.Option) (Client, error) {
+func dialDabb(addr string, idempotent bool, opts ...proxy.Option) (Client, error) {
 	c, err := proxy.NewClient(static.New(registry.Instance{Addr: addr}), append([]proxy.Option{proxy.WithLogger(quietLogger())}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
-	return &dabbClient{c: c, stub: echo.NewEchoClient(c)}, nil
+	return &dabbClient{c: c, stub: echo.NewEchoClient(c), idem: idempotent}, nil
 }
 
 func (c *dabbClient) Echo(ctx context.Context, req *benchpb.BenchmarkMessage) (*benchpb.BenchmarkMessage, error) {
-	return c.stub.Echo(ctx, req)
+	if c.idem {
+		return c.stub.Echo(ctx, req)
+	}
+	return c.stub.Say(ctx, req)
 }
 
 func (c *dabbClient) Close() error { return c.c.Close() }
