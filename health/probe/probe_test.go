@@ -190,9 +190,26 @@ func TestHandlerWithRegistry(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Stop()
-		if set, err := w.Next(ctx); err != nil || len(set) != 1 || set[0].Addr != addr {
-			t.Fatalf("the registry lists %v (err %v), want the server at %s", set, err, addr)
+		// Serve publishes in its own goroutine: the first set may be the
+		// empty one from before.
+		for {
+			set, err := w.Next(ctx)
+			if err != nil {
+				t.Fatalf("waiting for the registry to list the server at %s: %v", addr, err)
+			}
+			if len(set) == 1 && set[0].Addr == addr {
+				break
+			}
+			if len(set) > 1 {
+				t.Fatalf("the registry lists %v, want the server at %s alone", set, addr)
+			}
 		}
+		// The watch may see the instance a moment before Register
+		// returns to the server, which then counts it published.
+		wait.Until(t, testTimeout, time.Millisecond, "the ready probe to answer 200", func() bool {
+			got, _, _ := get(t, http.MethodGet, url+"/ready")
+			return got == http.StatusOK
+		})
 		want(t, url+"/ready", http.StatusOK, "ready\n")
 		want(t, url+"/live", http.StatusOK, "live\n")
 	})
