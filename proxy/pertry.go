@@ -10,7 +10,8 @@ import (
 
 // The adaptive per-try timeout of an idempotent attempt, when
 // RetryPolicy.PerTryTimeout is zero: the instance's latency peak times
-// perTryFactor, at least perTryFloor. See docs/resilience.md.
+// perTryFactor, at least perTryFloor, at most half of what the call has
+// left. See docs/resilience.md.
 const (
 	perTryFactor = 3
 	perTryFloor  = 100 * time.Millisecond
@@ -75,5 +76,13 @@ func (c *Client) adaptivePerTry(call *Call, addr string, now time.Time) (time.Du
 	if h == nil {
 		return 0, false
 	}
-	return h.latency.timeout(int64(now.Sub(epoch)))
+	t, ok := h.latency.timeout(int64(now.Sub(epoch)))
+	if !ok {
+		return 0, false
+	}
+	// At most half of what the call has left, so the retry it makes room
+	// for has as long: one slow answer on a loaded machine can lift the
+	// peak for seconds, and a frozen instance would then take most of the
+	// budget.
+	return min(t, call.Deadline.Sub(now)/2), true
 }
