@@ -4,7 +4,9 @@ package dabb_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -31,7 +33,22 @@ func TestFreezeInstanceUnderLoad(t *testing.T) {
 	// Cleanup runs last in, first out: this SIGCONT comes before the
 	// SIGKILL that startServerProcess registered.
 	t.Cleanup(func() { _ = frozen.Signal(syscall.SIGCONT) })
-	c, err := proxy.NewClient(openRegistry(t, regURL), proxy.WithLogger(quiet))
+	// Each call's attempts, kept for the message of a call that fails.
+	trace := func(next proxy.Invoker) proxy.Invoker {
+		return func(ctx context.Context, call *proxy.Call) error {
+			start := time.Now()
+			var tried []string
+			call.OnAttempt = func(a proxy.AttemptInfo) {
+				tried = append(tried, fmt.Sprintf("%d %s at %v (after %v)", a.Attempt, a.Addr, time.Since(start).Round(time.Millisecond), a.After))
+			}
+			err := next(ctx, call)
+			if err != nil {
+				return fmt.Errorf("%w; attempts: %s", err, strings.Join(tried, "; "))
+			}
+			return nil
+		}
+	}
+	c, err := proxy.NewClient(openRegistry(t, regURL), proxy.WithLogger(quiet), proxy.WithMiddleware(trace))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +89,7 @@ func TestFreezeInstanceUnderLoad(t *testing.T) {
 		return err
 	})
 	if len(errs) > 0 {
-		t.Fatalf("%d of %d idempotent calls failed on the defaults; first: %v", len(errs), calls, errs[0])
+		t.Fatalf("%d of %d idempotent calls failed on the defaults; first: %v (frozen: %s)", len(errs), calls, errs[0], procs[1].addr)
 	}
 	if len(before) < 100 || len(after) < 100 {
 		t.Fatalf("%d calls measured before the freeze and %d after; want 100 or more of each", len(before), len(after))
