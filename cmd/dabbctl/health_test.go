@@ -105,3 +105,25 @@ func sortedAddrs(ss ...*server) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestHealthDuringDrainDelay: a server given dabb.WithDrainDelay keeps
+// answering while it drains after SIGTERM, and dabbctl health -addr, a
+// fresh connection, reads not serving and exits 1. Then the server exits.
+func TestHealthDuringDrainDelay(t *testing.T) {
+	d := startServer(t, "", serverOpts{drain: 3 * time.Second})
+	r := ctl(t, "health", "-addr", d.addr, inventoryService)
+	wantCode(t, r, exitOK, "health before the shutdown")
+	d.signal(t, syscall.SIGTERM)
+	notServing := regexp.MustCompile(`(?m)^inventory\.Inventory\s+` + regexp.QuoteMeta(d.addr) + `\s+not serving$`)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		r = ctl(t, "health", "-addr", d.addr, "-timeout", "1s", inventoryService)
+		if r.code == exitFail && notServing.MatchString(r.stdout) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health during the drain delay: exit %d, stdout\n%s\nstderr\n%s\nwant a line saying not serving", r.code, r.stdout, r.stderr)
+		}
+	}
+	d.wait(t)
+}

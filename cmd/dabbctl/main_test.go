@@ -187,7 +187,8 @@ const (
 	serverMetaEnv     = "DABBCTL_TEST_META" // k=v
 	serverHoldEnv     = "DABBCTL_TEST_HOLD" // "1": Deregister waits for SIGUSR1
 	serverNoReflect   = "DABBCTL_TEST_NOREFLECT"
-	serverTLSEnv      = "DABBCTL_TEST_TLS" // a directory with ca.pem, server.pem and server-key.pem: mTLS
+	serverDrainEnv    = "DABBCTL_TEST_DRAIN" // a duration: dabb.WithDrainDelay
+	serverTLSEnv      = "DABBCTL_TEST_TLS"   // a directory with ca.pem, server.pem and server-key.pem: mTLS
 	echoService       = "dabbctl.test.Echo"
 	inventoryService  = inventory.InventoryServiceName
 	serverReadyPrefix = "listening "
@@ -207,7 +208,8 @@ type serverOpts struct {
 	meta      string // k=v
 	hold      bool   // Deregister waits for SIGUSR1, printing "withdrawing" first
 	noReflect bool
-	tlsDir    string // serve mTLS with the files there (see serverTLSEnv)
+	tlsDir    string        // serve mTLS with the files there (see serverTLSEnv)
+	drain     time.Duration // dabb.WithDrainDelay
 }
 
 // startServer starts a server process that publishes to regURL ("" for
@@ -227,6 +229,9 @@ func startServer(t *testing.T, regURL string, o serverOpts) *server {
 	}
 	if o.tlsDir != "" {
 		s.cmd.Env = append(s.cmd.Env, serverTLSEnv+"="+o.tlsDir)
+	}
+	if o.drain > 0 {
+		s.cmd.Env = append(s.cmd.Env, serverDrainEnv+"="+o.drain.String())
 	}
 	s.cmd.Stderr = os.Stderr
 	stdout, err := s.cmd.StdoutPipe()
@@ -480,6 +485,13 @@ func serverOptions() ([]dabb.Option, error) {
 	var opts []dabb.Option
 	if os.Getenv(serverNoReflect) == "1" {
 		opts = append(opts, dabb.WithoutReflection())
+	}
+	if v := os.Getenv(serverDrainEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, dabb.WithDrainDelay(d))
 	}
 	if dir := os.Getenv(serverTLSEnv); dir != "" {
 		cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"))
