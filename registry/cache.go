@@ -296,30 +296,33 @@ func (c *Cache) load(service string) ([]Instance, error) {
 	if ins, ok := c.fromSnapshot(e); ok {
 		return ins, nil
 	}
-	noAnswer := c.noAnswer()
+	unreachable, noAnswer := c.noAnswer()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if st := e.state.Load(); st != nil {
 		return st.instances, nil // the registry answered just now
 	}
 	lastErr := e.lastErr
-	if lastErr == nil {
+	if lastErr == nil || unreachable {
+		// A backend that knows it is cut off names the servers and why;
+		// a watch attempt cut by the same loss ("connection closed")
+		// says less.
 		lastErr = noAnswer
 	}
 	e.gaveUp = fmt.Errorf("registry: cache: no instances of %s known: %w (%w) and no snapshot holds them", service, ErrUnavailable, lastErr)
 	return nil, e.gaveUp
 }
 
-// noAnswer says why a watch attempt that has not failed gave no list
-// within InitialTimeout: the registry cannot be reached, when the backend
-// can tell (Reachability), else it is slow to answer.
-func (c *Cache) noAnswer() error {
+// noAnswer says why the watch gave no list within InitialTimeout: the
+// registry cannot be reached, when the backend can tell (Reachability;
+// unreachable is then true), else it is slow to answer.
+func (c *Cache) noAnswer() (unreachable bool, why error) {
 	if r, ok := c.r.(Reachability); ok {
 		if err := r.Unreachable(); err != nil {
-			return fmt.Errorf("the registry could not be reached in %v: %w", c.cfg.InitialTimeout, err)
+			return true, fmt.Errorf("the registry could not be reached in %v: %w", c.cfg.InitialTimeout, err)
 		}
 	}
-	return fmt.Errorf("no answer within %v", c.cfg.InitialTimeout)
+	return false, fmt.Errorf("no answer within %v", c.cfg.InitialTimeout)
 }
 
 // refusal returns the error of a registry that refused the service, for

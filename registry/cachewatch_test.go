@@ -70,6 +70,32 @@ func TestCacheSaysRegistryUnreachable(t *testing.T) {
 	}
 }
 
+// cutRegistry fails every Watch as a connection closing under it does,
+// and its client knows it cannot reach the registry.
+type cutRegistry struct{ registry.Registry }
+
+func (cutRegistry) Watch(context.Context, string) (registry.Watcher, error) {
+	return nil, fmt.Errorf("%w: zk: connection closed", registry.ErrUnavailable)
+}
+
+func (cutRegistry) Unreachable() error {
+	return fmt.Errorf("%w: %w", registry.ErrUnavailable, errNoRoute)
+}
+
+// TestCacheUnreachableOutranksAWatchError: when the watch attempts failed
+// because the connection went ("connection closed") and the client knows
+// the registry cannot be reached, the first lookup says the latter, which
+// names the servers and why.
+func TestCacheUnreachableOutranksAWatchError(t *testing.T) {
+	st := static.New()
+	defer st.Close()
+	c := newCache(t, cutRegistry{st}, registry.CacheConfig{InitialTimeout: 100 * time.Millisecond})
+	_, err := c.Instances(context.Background(), "a.A")
+	if !errors.Is(err, errNoRoute) || !strings.Contains(err.Error(), "could not be reached") {
+		t.Fatalf("Instances = %v; want it to say the registry could not be reached, wrapping %q", err, errNoRoute)
+	}
+}
+
 // downThenRefusingRegistry fails Watch as unreachable until refuse is
 // set, then refuses the service (ErrInvalid).
 type downThenRefusingRegistry struct {
