@@ -20,6 +20,7 @@ import (
 	"github.com/dabbrpc/dabb/balancer"
 	"github.com/dabbrpc/dabb/codec"
 	_ "github.com/dabbrpc/dabb/codec/proto"
+	"github.com/dabbrpc/dabb/internal/dabbtest"
 	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
@@ -153,19 +154,7 @@ func serveImpl(t testing.TB, impl any, opts ...dabb.Option) (*dabb.Server, strin
 	if err := s.RegisterService(&probeDesc, impl); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
-	t.Cleanup(func() {
-		s.Close()
-		if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
-			t.Errorf("Serve returned %v, want ErrServerClosed", err)
-		}
-	})
-	return s, l.Addr().String()
+	return s, dabbtest.Serve(t, s)
 }
 
 func newClient(t testing.TB, addrs ...string) *proxy.Client {

@@ -4,7 +4,6 @@ package oteldabb_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/dabbrpc/dabb"
 	_ "github.com/dabbrpc/dabb/codec/json"
+	"github.com/dabbrpc/dabb/internal/dabbtest"
 	"github.com/dabbrpc/dabb/oteldabb"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
@@ -99,19 +99,7 @@ func serve(t *testing.T, desc *dabb.ServiceDesc, impl any, opts ...dabb.Option) 
 	if err := s.RegisterService(desc, impl); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
-	t.Cleanup(func() {
-		s.Close()
-		if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
-			t.Errorf("Serve returned %v, want ErrServerClosed", err)
-		}
-	})
-	return l.Addr().String()
+	return dabbtest.Serve(t, s)
 }
 
 // newClient returns a JSON client of service at addrs, closed when the

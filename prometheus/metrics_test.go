@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"math"
-	"net"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/codec"
+	"github.com/dabbrpc/dabb/internal/dabbtest"
 	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/internal/wait"
 	dabbprom "github.com/dabbrpc/dabb/prometheus"
@@ -164,19 +164,7 @@ func serve(t *testing.T, ts *testService, opts ...dabb.Option) (*dabb.Server, st
 	if err := s.RegisterService(&desc, ts); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
-	t.Cleanup(func() {
-		s.Close()
-		if err := <-done; !errors.Is(err, dabb.ErrServerClosed) {
-			t.Errorf("Serve returned %v, want ErrServerClosed", err)
-		}
-	})
-	return s, l.Addr().String()
+	return s, dabbtest.Serve(t, s)
 }
 
 // TestServerMetrics: a real server and client make known calls, and the

@@ -19,6 +19,7 @@ import (
 	"github.com/dabbrpc/dabb"
 	_ "github.com/dabbrpc/dabb/codec/json"
 	"github.com/dabbrpc/dabb/health"
+	"github.com/dabbrpc/dabb/internal/dabbtest"
 	"github.com/dabbrpc/dabb/internal/etcdtest"
 	"github.com/dabbrpc/dabb/internal/inventory"
 	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
@@ -44,17 +45,7 @@ func startDabb(t *testing.T, register func(*dabb.Server) error, opts ...dabb.Opt
 	if err := register(s); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
-	t.Cleanup(func() {
-		s.Close()
-		<-done
-	})
-	return l.Addr().String()
+	return dabbtest.Serve(t, s)
 }
 
 // serveInventory serves the inventory demo with stock, with opts.
