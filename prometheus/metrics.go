@@ -24,13 +24,7 @@ var ErrBadBuckets = promutil.ErrBadBuckets
 
 // DefaultBuckets are the upper bounds, in seconds, of the handling
 // duration histogram: from 100 µs to 10 s, as the client's.
-var DefaultBuckets = []float64{
-	0.0001, 0.00025, 0.0005,
-	0.001, 0.0025, 0.005,
-	0.01, 0.025, 0.05,
-	0.1, 0.25, 0.5,
-	1, 2.5, 5, 10,
-}
+var DefaultBuckets = promutil.DefaultBuckets()
 
 // RejectAuth is the rejections_total reason of a call an interceptor
 // refused with code unauthenticated or permission_denied.

@@ -1,5 +1,6 @@
 // Package promutil holds what dabb's two Prometheus packages share: the
-// check of histogram buckets and the registration of a set of collectors.
+// default histogram buckets and their check, and the registration of a
+// set of collectors.
 package promutil
 
 import (
@@ -14,6 +15,19 @@ import (
 // empty, not strictly increasing, or hold NaN. Both prometheus and
 // proxy/prometheus export it as their own ErrBadBuckets.
 var ErrBadBuckets = errors.New("prometheus: histogram buckets must be non-empty and strictly increasing")
+
+// DefaultBuckets returns the histogram bounds both packages default to,
+// in seconds: from 100 µs, a loopback call, to 10 s, past any sensible
+// RPC timeout. Each call returns a new slice.
+func DefaultBuckets() []float64 {
+	return []float64{
+		0.0001, 0.00025, 0.0005,
+		0.001, 0.0025, 0.005,
+		0.01, 0.025, 0.05,
+		0.1, 0.25, 0.5,
+		1, 2.5, 5, 10,
+	}
+}
 
 // CheckBuckets rejects bounds a histogram would panic on later, on the
 // call path.
