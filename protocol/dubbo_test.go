@@ -3,6 +3,7 @@ package protocol_test
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -113,5 +114,20 @@ func TestReaderRefusesUnknownSerialization(t *testing.T) {
 	}
 	if err := rd.Read(&m); err != nil || m.Header.ID() != 6 || m.Service != "s" || string(m.Payload) != "p" {
 		t.Fatalf("the dabb frame after it: err %v, %+v", err, m)
+	}
+}
+
+// TestReaderRefusesTruncatedForeignFrame: a refused frame whose body ends
+// early fails the read with io.ErrUnexpectedEOF, as any truncated frame.
+func TestReaderRefusesTruncatedForeignFrame(t *testing.T) {
+	var h protocol.Header
+	h.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, protocol.Hessian2), 0, 5)
+	h.SetBodyLen(100)
+	stream := append(h[:], protocol.AppendHessianString(nil, "2.0.2")...)
+	rd := protocol.NewReader(reader(stream), 0)
+	rd.SetSerializations(func(id byte) bool { return id == 22 })
+	var m protocol.Message
+	if err := rd.Read(&m); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a truncated foreign frame: err = %v, want io.ErrUnexpectedEOF", err)
 	}
 }
