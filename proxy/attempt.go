@@ -220,10 +220,16 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 	// neither for its breaker nor for the balancer's figures.
 	draining := false
 	h := c.breakers.get(addr)
-	if c.breakers.cfg.Disabled {
+	switch {
+	case c.breakers.cfg.Disabled:
 		err = run(start)
 		draining = err != nil && c.pool.ReadOnly(addr)
-	} else {
+	case c.breakers.quiet(h):
+		err = run(start)
+		if draining = err != nil && c.pool.ReadOnly(addr); !draining && instanceFailure(err) && !excludedFromBreaker(err) {
+			h.fail(err)
+		}
+	default:
 		ran := false
 		_, berr := h.cb.Execute(func() (struct{}, error) {
 			ran = true
@@ -235,6 +241,11 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 		})
 		switch {
 		case ran:
+			if draining {
+				h.settle(errDraining)
+			} else {
+				h.settle(err)
+			}
 		case c.panicking((*c.services.Load())[call.balanced()]):
 			// Every instance is left out, or most: each call probes one
 			// at once, past its breaker. The first success closes it.

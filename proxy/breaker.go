@@ -91,6 +91,10 @@ type breakers struct {
 	observer Observer
 	mu       sync.Mutex                                 // serialises creation
 	m        atomic.Pointer[map[string]*instanceHealth] // copy on write
+	// quick says a closed breaker with no failure in its run may be
+	// skipped: its trip depends on the run of failures alone
+	// (FailureRatio is off), so a success changes nothing it counts.
+	quick bool
 	// gen changes whenever a breaker trips, closes or goes: panic
 	// verdicts computed under an older gen are stale.
 	gen atomic.Uint64
@@ -103,10 +107,53 @@ type instanceHealth struct {
 	tripped atomic.Bool
 	// latency feeds the adaptive per-try timeout.
 	latency latencyPeak
+	// failing is set while the breaker's run of consecutive failures may
+	// be above zero; report serialises setting and clearing it.
+	failing atomic.Bool
+	report  sync.Mutex
+}
+
+// quiet reports whether an attempt may bypass h's breaker: it is closed
+// and has no failure in its run, so the attempt's success would change
+// nothing and only its failure needs telling (fail). This costs two atomic
+// loads, where the breaker takes its lock and reads the clock twice.
+func (b *breakers) quiet(h *instanceHealth) bool {
+	return b.quick && !h.tripped.Load() && !h.failing.Load()
+}
+
+// fail tells h's breaker of a failure of an attempt that bypassed it.
+// err counts as a failure (instanceFailure, not excludedFromBreaker).
+func (h *instanceHealth) fail(err error) {
+	h.report.Lock()
+	defer h.report.Unlock()
+	// An open breaker refuses this, as it would ignore the outcome of an
+	// attempt it let through before it tripped.
+	_, _ = h.cb.Execute(func() (struct{}, error) { return struct{}{}, err })
+	h.failing.Store(true)
+}
+
+// settle updates failing after an attempt that went through h's breaker,
+// which ended with err (errDraining for a draining address).
+func (h *instanceHealth) settle(err error) {
+	switch {
+	case err != nil && instanceFailure(err) && !excludedFromBreaker(err):
+		h.report.Lock()
+		h.failing.Store(true)
+		h.report.Unlock()
+	case h.failing.Load() && (err == nil || !instanceFailure(err)):
+		h.report.Lock()
+		// A failure told meanwhile is in the counts by now, or sets
+		// failing after this: either way it is not lost.
+		if h.cb.State() == gobreaker.StateClosed && h.cb.Counts().ConsecutiveFailures == 0 {
+			h.failing.Store(false)
+		}
+		h.report.Unlock()
+	}
 }
 
 func newBreakers(cfg BreakerConfig, log *slog.Logger, obs Observer) *breakers {
 	b := &breakers{cfg: cfg.withDefaults(), log: log, observer: obs}
+	b.quick = b.cfg.FailureRatio <= 0
 	empty := map[string]*instanceHealth{}
 	b.m.Store(&empty)
 	return b

@@ -417,3 +417,43 @@ func TestEveryInstanceBackWithinASecond(t *testing.T) {
 		})
 	}
 }
+
+// TestBreakerCountsRunsOnly: a closed breaker lets successes bypass it (no
+// lock, no clock), yet a success between failures still ends their run, and
+// a run of ConsecutiveFailures opens it, whichever way its attempts went.
+func TestBreakerCountsRunsOnly(t *testing.T) {
+	s := &seen{}
+	addr := serve(t, s, protocol.StatusServerError, transport.ServerConfig{})
+	c := client(t, []string{addr}, proxy.WithBreaker(proxy.BreakerConfig{ConsecutiveFailures: 3, OpenTimeout: time.Hour, PanicThreshold: -1}))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	call := func(ok bool) {
+		t.Helper()
+		s.healed.Store(ok)
+		_, err := invoke(ctx, c, proxy.FailFast())
+		if ok != (err == nil) {
+			t.Fatalf("call (server healthy: %v) = %v", ok, err)
+		}
+	}
+	for round := range 5 {
+		call(false)
+		call(false)
+		call(true)
+		call(true) // the first success went through the breaker; this one bypasses it
+		if st := c.BreakerState(addr); st != "closed" {
+			t.Fatalf("round %d: two failures between successes left the breaker %s", round, st)
+		}
+	}
+	call(false)
+	call(false)
+	s.healed.Store(false)
+	if _, err := invoke(ctx, c, proxy.FailFast()); protocol.StatusOf(err) != protocol.StatusServerError {
+		t.Fatalf("third failure = %v, want a remote 80", err)
+	}
+	if st := c.BreakerState(addr); st != "open" {
+		t.Fatalf("after three failures in a row the breaker is %s, want open", st)
+	}
+	if _, err := invoke(ctx, c); !errors.Is(err, proxy.ErrNotSent) {
+		t.Fatalf("call on an open breaker = %v, want not sent", err)
+	}
+}
