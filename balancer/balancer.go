@@ -252,7 +252,7 @@ func (b *balancer) newState() *state {
 		tau := float64(b.cfg.DecayTime)
 		now := b.now
 		st.done = func(latency time.Duration, err error) {
-			st.observe(float64(latency), err != nil, penalty, tau, now())
+			st.observe(float64(latency), err != nil, penalty, tau, now)
 			st.inflight.Add(-1)
 		}
 	} else {

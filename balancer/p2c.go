@@ -47,15 +47,24 @@ const minLatency = float64(time.Microsecond)
 // scan of the usable instances.
 const p2cTries = 3
 
-// observe folds one attempt into the estimate.
-func (st *state) observe(latency float64, failed bool, penalty, tau float64, now int64) {
+// observe folds one attempt into the estimate. clock reads the clock; it is
+// not called for an answer that is skipped.
+func (st *state) observe(latency float64, failed bool, penalty, tau float64, clock func() int64) {
 	// A zero estimate would make the count in flight irrelevant.
 	latency = max(latency, minLatency)
 	if failed && latency < penalty {
 		latency = penalty
 	}
-	st.mu.Lock()
+	if failed {
+		st.mu.Lock()
+	} else if !st.mu.TryLock() {
+		// Another answer is being folded in right now: the instance is
+		// busy, and one answer more or less moves its estimate little.
+		// Waiting for the lock on every call would serialise the callers.
+		return
+	}
 	defer st.mu.Unlock()
+	now := clock()
 	v := latency
 	if prev := math.Float64frombits(st.ewma.Load()); prev >= 0 {
 		w := 1.0

@@ -5,6 +5,7 @@ package balancer
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -138,4 +139,48 @@ func runP2C(t *testing.T, b *balancer, c *clock, n int, step time.Duration, outc
 		done(outcome(in.ID))
 	}
 	return count
+}
+
+// TestP2CObserveNeverWaitsOnSuccess: an answer folded in while another is
+// (the estimate's lock held) is skipped rather than waited for, so callers
+// of a busy instance do not queue on its lock; a failure still waits and
+// counts.
+func TestP2CObserveNeverWaitsOnSuccess(t *testing.T) {
+	c := &clock{}
+	b := newSeeded(t, P2C, Config{}, 13, c)
+	b.Update(list(1))
+	_, done, err := b.Pick(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := b.cur.Load().states[0]
+	st.mu.Lock()
+	finished := make(chan struct{})
+	go func() {
+		done(time.Millisecond, nil)
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case <-time.After(5 * time.Second):
+		st.mu.Unlock()
+		t.Fatal("a successful answer waited for the estimate's lock")
+	}
+	if e := math.Float64frombits(st.ewma.Load()); e >= 0 {
+		t.Fatalf("the skipped answer set the estimate to %v", e)
+	}
+	_, done, err = b.Pick(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan struct{})
+	go func() {
+		done(time.Millisecond, errors.New("refused"))
+		close(failed)
+	}()
+	st.mu.Unlock()
+	<-failed
+	if e := math.Float64frombits(st.ewma.Load()); e < float64(time.Millisecond) {
+		t.Fatalf("the failure was not folded in: estimate %v", e)
+	}
 }
