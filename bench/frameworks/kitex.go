@@ -35,6 +35,18 @@ func Kitex() Framework {
 	}
 }
 
+// KitexPool is Kitex on its defaults: a client with its long-connection
+// pool (one connection per call in flight, kept for reuse), a server
+// without the mux transport. The stubs and the adapter are Kitex's.
+func KitexPool() Framework {
+	f := Kitex()
+	f.Name = "kitex-pool"
+	f.Setup = "github.com/cloudwego/kitex v0.16.1, kitex-generated protobuf stubs (prutal), its default client: the long-connection pool"
+	f.Serve = func(l net.Listener) (io.Closer, error) { return serveKitexWith(l) }
+	f.Dial = func(addr string) (Client, error) { return dialKitexWith(addr) }
+	return f
+}
+
 func init() { klog.SetLevel(klog.LevelWarn) }
 
 type kitexEcho struct{}
@@ -51,8 +63,13 @@ type kitexServer struct {
 }
 
 func serveKitex(l net.Listener) (io.Closer, error) {
-	srv := kecho.NewServer(&kitexEcho{}, server.WithListener(l), server.WithMuxTransport(),
-		server.WithExitSignal(func() <-chan error { return make(chan error) }))
+	return serveKitexWith(l, server.WithMuxTransport())
+}
+
+func serveKitexWith(l net.Listener, opts ...server.Option) (io.Closer, error) {
+	opts = append([]server.Option{server.WithListener(l),
+		server.WithExitSignal(func() <-chan error { return make(chan error) })}, opts...)
+	srv := kecho.NewServer(&kitexEcho{}, opts...)
 	s := &kitexServer{srv: srv, done: make(chan error, 1)}
 	go func() { s.done <- srv.Run() }()
 	return s, nil
@@ -71,9 +88,11 @@ type kitexClient struct {
 
 // dialKitex makes the client the generated kecho.NewClient would, keeping
 // the client.Client so that Close can close it.
-func dialKitex(addr string) (Client, error) {
-	c, err := client.NewClient(kecho.NewServiceInfo(), client.WithDestService("bench.Echo"),
-		client.WithHostPorts(addr), client.WithMuxConnection(1))
+func dialKitex(addr string) (Client, error) { return dialKitexWith(addr, client.WithMuxConnection(1)) }
+
+func dialKitexWith(addr string, opts ...client.Option) (Client, error) {
+	opts = append([]client.Option{client.WithDestService("bench.Echo"), client.WithHostPorts(addr)}, opts...)
+	c, err := client.NewClient(kecho.NewServiceInfo(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("frameworks: kitex: dial %s: %w", addr, err)
 	}

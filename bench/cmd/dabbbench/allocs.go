@@ -306,12 +306,13 @@ func (a *allocResults) parallelHeader() string {
 	return fmt.Sprintf("allocs/op, %d goroutines", n)
 }
 
-// dabbOverFloor returns dabb's allocations per call over the codec floor.
-func (a *allocResults) dabbOverFloor() (int64, bool) {
+// overFloor returns the allocations per call of framework's one-goroutine
+// row over the codec floor.
+func (a *allocResults) overFloor(framework string) (int64, bool) {
 	if a == nil || a.floor == nil {
 		return 0, false
 	}
-	d, ok := a.echo["dabb"]
+	d, ok := a.echo[framework]
 	return d.AllocsPerOp - a.floor.AllocsPerOp, ok
 }
 

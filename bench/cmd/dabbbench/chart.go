@@ -23,7 +23,7 @@ const (
 )
 
 var colors = map[string]string{
-	"dabb": "#d62728", "dabb-idem": "#e377c2", "grpc": "#1f77b4", "rpcx": "#2ca02c", "netrpc": "#9467bd", "kitex": "#ff7f0e", "raw": "#555555",
+	"dabb": "#d62728", "dabb-idem": "#e377c2", "grpc": "#1f77b4", "rpcx": "#2ca02c", "netrpc": "#9467bd", "kitex": "#ff7f0e", "kitex-pool": "#bcbd22", "raw": "#555555",
 }
 
 func esc(s string) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/dabbrpc/dabb/bench/frameworks"
 	"github.com/dabbrpc/dabb/bench/internal/leaktest"
 )
 
@@ -43,7 +45,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| dabb |", "| dabb-idem |", "| grpc |", "| rpcx |", "| netrpc |", "| kitex |", "| raw |", "c=4", "1 MiB calls",
+	for _, want := range []string{"| dabb |", "| dabb-idem |", "| grpc |", "| rpcx |", "| netrpc |", "| kitex |", "| kitex-pool |", "| raw |", "c=4", "1 MiB calls",
 		"median of 2 rounds; frameworks interleaved per point"} {
 		if !bytes.Contains(md, []byte(want)) {
 			t.Errorf("bench.md lacks %q:\n%s", want, md)
@@ -56,10 +58,11 @@ func TestRun(t *testing.T) {
 		t.Errorf("the run reported errors:\n%s", md)
 	}
 	rows := readCSV(t, filepath.Join(out, "bench.csv"))
-	// 7 frameworks × (2 concurrency points + alone and mixed at c=2) × 2
+	// Every framework × (2 concurrency points + alone and mixed at c=2) × 2
 	// rounds, and a header.
-	if len(rows) != 1+7*4*2 {
-		t.Fatalf("bench.csv has %d rows, want %d", len(rows), 1+7*4*2)
+	n := len(frameworks.All())
+	if len(rows) != 1+n*4*2 {
+		t.Fatalf("bench.csv has %d rows, want %d", len(rows), 1+n*4*2)
 	}
 	medians := map[string]int{}
 	for _, r := range rows[1:] {
@@ -70,8 +73,8 @@ func TestRun(t *testing.T) {
 			medians[strings.Join(r[:4], " ")]++
 		}
 	}
-	if len(medians) != 7*4 {
-		t.Errorf("bench.csv marks %d points' medians, want %d: %v", len(medians), 7*4, medians)
+	if len(medians) != n*4 {
+		t.Errorf("bench.csv marks %d points' medians, want %d: %v", len(medians), n*4, medians)
 	}
 	for k, n := range medians {
 		if n != 1 {
@@ -82,10 +85,12 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 14 {
-		t.Errorf("bench.svg: want an <svg> with 14 lines (7 frameworks × 2 panels):\n%.400s", svg)
+	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 2*n {
+		t.Errorf("bench.svg: want an <svg> with %d lines (%d frameworks × 2 panels):\n%.400s", 2*n, n, svg)
 	}
-	if !strings.Contains(stderr.String(), "[1/56] round 1/2 c=1 dabb") || !strings.Contains(stderr.String(), "[56/56] round 2/2 c=2 +1×1MiB ") {
+	windows := n * 4 * 2
+	if !strings.Contains(stderr.String(), fmt.Sprintf("[1/%d] round 1/2 c=1 dabb", windows)) ||
+		!strings.Contains(stderr.String(), fmt.Sprintf("[%d/%d] round 2/2 c=2 +1×1MiB ", windows, windows)) {
 		t.Errorf("no progress line on stderr:\n%s", stderr.String())
 	}
 }
