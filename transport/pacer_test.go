@@ -391,3 +391,30 @@ func TestPoolAdaptsShare(t *testing.T) {
 		t.Fatalf("large call: %v", err)
 	}
 }
+
+// TestTimedSmallCallsAllocateNothing: timing small calls for an adaptive
+// share adds no allocation to a call: a pool with a fixed share, which
+// times none, allocates as much per call.
+func TestTimedSmallCallsAllocateNothing(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	ctx := testCtx(t)
+	perCall := func(cfg Config) float64 {
+		p := newPool(t, cfg)
+		req := newRequest("small")
+		call := func() {
+			resp, err := p.RoundTrip(ctx, ts.addr, req)
+			if err != nil {
+				t.Fatalf("small call: %v", err)
+			}
+			p.Release(resp)
+		}
+		call()
+		return testing.AllocsPerRun(2000, call)
+	}
+	adaptive := perCall(Config{})
+	fixed := perCall(Config{LargeShare: 0.25})
+	t.Logf("allocations per small call: %.2f with an adaptive share, %.2f with a fixed one", adaptive, fixed)
+	if adaptive > fixed+0.05 {
+		t.Errorf("a small call allocates %.2f times with an adaptive share, %.2f with a fixed one: timing must not allocate", adaptive, fixed)
+	}
+}
