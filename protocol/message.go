@@ -345,8 +345,10 @@ func (r *Reader) SetBudget(b Budget) { r.budget = b }
 const BudgetMin = 64 << 10
 
 // minGrow is the least room a body buffer grows by. Then it grows to
-// twice what has arrived, or to what the reader holds, whichever is more.
-// So a peer that claims a large length and sends little costs little.
+// twice what has arrived, or to what the reader holds, whichever is more,
+// until readBody takes the body's whole length (wholeAt). So a peer that
+// claims a large length and sends little costs little: at most wholeAt
+// times what it sent, or the budget that already counts the body.
 const minGrow = 8 << 10
 
 func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte) string, budget Budget, known func(byte) bool) error {
@@ -419,7 +421,9 @@ func (m *Message) Recycle() {
 
 // readBody reads an n-byte body into buf, or into a larger buffer. It
 // allocates only for bytes that have arrived: a buffer grows once the
-// bytes to fill it are in r.
+// bytes to fill it are in r. The buffer is the body's whole length from
+// the first bytes on when budget counted it, and otherwise once an eighth
+// of it has arrived; before that it grows by doubling.
 func readBody(r *bufio.Reader, buf []byte, n int, budget Budget) ([]byte, error) {
 	if cap(buf) > maxKept && n < cap(buf)/4 {
 		bufpool.Put(buf)
@@ -430,7 +434,8 @@ func readBody(r *bufio.Reader, buf []byte, n int, budget Budget) ([]byte, error)
 		_, err := io.ReadFull(r, buf)
 		return buf, err
 	}
-	if budget != nil && n > BudgetMin {
+	counted := budget != nil && n > BudgetMin
+	if counted {
 		if err := budget.Acquire(n); err != nil {
 			return buf[:0], err
 		}
@@ -443,7 +448,14 @@ func readBody(r *bufio.Reader, buf []byte, n int, budget Budget) ([]byte, error)
 			if _, err := r.Peek(1); err != nil {
 				return buf[:have], err
 			}
-			size := min(n, max(2*have, have+r.Buffered(), minGrow))
+			arrived := have + r.Buffered()
+			size := min(n, max(2*have, arrived, minGrow))
+			if counted || n <= wholeAt*arrived {
+				// Each step of the doubling copies what came before: a
+				// 1 MiB body copied once more in all. The budget holds
+				// the whole length anyway.
+				size = n
+			}
 			next := bufpool.Get(size)
 			copy(next, buf[:have])
 			if cap(buf) >= bufpool.Min {
@@ -461,6 +473,10 @@ func readBody(r *bufio.Reader, buf []byte, n int, budget Budget) ([]byte, error)
 		}
 	}
 }
+
+// wholeAt is the share of a body, as 1/wholeAt, that must have arrived
+// before a body no budget counts gets a buffer of its whole length.
+const wholeAt = 8
 
 var errShort = errors.New("truncated field")
 

@@ -947,9 +947,9 @@ func TestAttachmentsAtTheLimitCost(t *testing.T) {
 	}
 }
 
-// A body buffer grows with the bytes that arrived, never toward the length
-// the header claims: a peer that claims 8 MiB and sends little costs
-// little.
+// A body buffer no budget counts grows with the bytes that arrived, and
+// takes the length the header claims only once an eighth of it is in: a
+// peer that claims 8 MiB and sends little costs little.
 func TestReadBodyAllocatesAsBytesArrive(t *testing.T) {
 	const claimed = 8 << 20
 	for _, sent := range []int{100, 64 << 10, 1 << 20, 4 << 20} {
@@ -1037,4 +1037,47 @@ func TestReaderBudget(t *testing.T) {
 			t.Errorf("released %v of a budget never taken", b.released)
 		}
 	})
+}
+
+// A large body goes into one buffer of its whole length once its first
+// bytes have arrived when a Budget counts it, and once an eighth has
+// arrived otherwise: it is not copied through a chain of doubling buffers.
+// The stream comes in 16 KiB reads, as from a socket.
+func TestReadBodySizedFromHeader(t *testing.T) {
+	const n = 1 << 20
+	frame := encode(&protocol.Message{Header: request(3), Service: "s", Method: "m", Payload: make([]byte, n)})
+	body := len(frame) - protocol.HeaderLen
+	class := uint64(2 << 20) // the pool class that holds body
+	for _, tt := range []struct {
+		name   string
+		budget bool
+		limit  uint64
+	}{
+		{"budget", true, class},
+		// Doubling from 16 KiB to 128 KiB, then the whole body.
+		{"no budget", false, class + 256<<10},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			runtime.GC() // empty the buffer pool: twice, for its victim cache
+			runtime.GC()
+			var b budgetLog
+			got := allocatedBytes(3, func() {
+				r := protocol.NewReader(bufio.NewReaderSize(&chunkReader{bytes.NewReader(frame), 16 << 10}, 16<<10), 0)
+				if tt.budget {
+					r.SetBudget(&b)
+				}
+				var m protocol.Message // not recycled: every read needs a new buffer
+				if err := r.Read(&m); err != nil {
+					t.Fatalf("Read: %v", err)
+				}
+				if len(m.Payload) != n {
+					t.Fatalf("payload of %d bytes, want %d", len(m.Payload), n)
+				}
+			})
+			// The reader's own 16 KiB buffer and the chunk reader come on top.
+			if limit := tt.limit + 64<<10; got > limit {
+				t.Errorf("reading a %d-byte body allocated %d KiB per read, want at most %d KiB", body, got>>10, limit>>10)
+			}
+		})
+	}
 }

@@ -37,9 +37,18 @@ type Config struct {
 	// take while small calls to it wait for answers. After a large round
 	// trip of d, the next waits d·(1−LargeShare)/LargeShare, at most
 	// 100 ms, within its budget. Without small calls in flight there is no
-	// pause. Default 0.25; 1 or more, or negative, turns pacing off. See
-	// docs/performance.md, finding 5.
+	// pause. Default 0: the share adapts (LargeSlowdown), from 0.25,
+	// between 0.05 and 1. A share in (0, 1) is fixed; 1 or more, or
+	// negative, turns pacing off. See docs/performance.md, finding 5.
 	LargeShare float64
+
+	// LargeSlowdown is the small calls' p99 latency, as a multiple of
+	// their p99 with no large request in flight, that an adaptive
+	// LargeShare aims at. The pool times one small call in 2 to each
+	// address; over the target the share narrows, well under it the share
+	// widens. Default 2.5; 1 or less with LargeShare 0 fixes the share at
+	// 0.25.
+	LargeSlowdown float64
 
 	// DialTimeout bounds one dial. Default 3s.
 	DialTimeout time.Duration
@@ -104,8 +113,11 @@ func (cfg Config) withDefaults() Config {
 	if cfg.LargeInFlight == 0 {
 		cfg.LargeInFlight = 1
 	}
-	if cfg.LargeShare == 0 {
-		cfg.LargeShare = 0.25
+	if cfg.LargeSlowdown == 0 {
+		cfg.LargeSlowdown = 2.5
+	}
+	if cfg.LargeShare == 0 && cfg.LargeSlowdown <= 1 {
+		cfg.LargeShare = initialShare
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 3 * time.Second

@@ -2,6 +2,8 @@ package transport
 
 import (
 	"context"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -254,7 +256,7 @@ func TestPacingKeepsLargeRequestsToTheirShare(t *testing.T) {
 	}
 	const share = 0.25
 	paced := newPacer(&Config{LargeMessage: 1, LargeInFlight: -1, LargeShare: share}, "a", func() bool { return true }, nil)
-	if paced == nil || paced.share != share {
+	if paced == nil || paced.getShare() != share || paced.adaptive {
 		t.Fatalf("newPacer made %+v for LargeShare %v", paced, share)
 	}
 	with, without := busyShare(paced), busyShare(&pacer{})
@@ -264,5 +266,155 @@ func TestPacingKeepsLargeRequestsToTheirShare(t *testing.T) {
 	if with > share+0.01 {
 		t.Errorf("with pacing, large requests were in flight %.2f of the time while small calls waited, want at most LargeShare (%.2f): "+
 			"the pause is what keeps small calls' tail latency near its value next to large calls (docs/performance.md, finding 5)", with, share)
+	}
+}
+
+// TestAdaptiveShare drives an adaptive pacer's windows by hand: the share
+// narrows while the small calls' p99 is over LargeSlowdown times their p99
+// with no large request in flight, or when none went without one; it
+// widens, up to no pacing, while that p99 is well under the target; in
+// between it stays.
+func TestAdaptiveShare(t *testing.T) {
+	p := newPacer(&Config{LargeMessage: 1, LargeInFlight: 1, LargeSlowdown: 2.5}, "a", func() bool { return true }, nil)
+	if p == nil || !p.adaptive || p.getShare() != initialShare {
+		t.Fatalf("newPacer made %+v for LargeShare 0, want an adaptive share from %v", p, initialShare)
+	}
+	const us = int64(time.Microsecond)
+	// window books one window: clean calls of cleanRTT, and the rest,
+	// 5 % of the window, of dirtyRTT (so the p99 of all is dirtyRTT).
+	window := func(clean int, cleanRTT, dirtyRTT int64) {
+		for i := range latWindow {
+			if i < clean {
+				p.smallDone(cleanRTT, true)
+			} else {
+				p.smallDone(dirtyRTT, false)
+			}
+		}
+	}
+	before := p.getShare()
+	window(latWindow*95/100, 100*us, 1000*us) // 10× the clean p99
+	if got, want := p.getShare(), before*0.8; math.Abs(got-want) > 1e-9 {
+		t.Fatalf("after a window at 10× the clean p99, share %v, want %v", got, want)
+	}
+	for range 100 {
+		window(0, 0, 100*us) // no call without a large one in flight
+	}
+	if got := p.getShare(); got != minShare {
+		t.Fatalf("after windows with no clean call, share %v, want the floor %v", got, minShare)
+	}
+	before = p.getShare()
+	window(latWindow*95/100, 100*us, 220*us) // 2.2×: within [0.75, 1] of 2.5×
+	if got := p.getShare(); got != before {
+		t.Fatalf("after a window at 2.2× the clean p99 (target 2.5×), share moved %v → %v", before, got)
+	}
+	for range 100 {
+		window(latWindow*95/100, 100*us, 120*us)
+	}
+	if got := p.getShare(); got != maxShare {
+		t.Fatalf("after windows at 1.2× the clean p99, share %v, want %v", got, maxShare)
+	}
+	// At a share of 1 there is no pause.
+	p.done(0, int64(time.Millisecond))
+	if pause := p.pauseAt(int64(time.Millisecond)); pause > 0 {
+		t.Errorf("a share of 1 left a pause of %v", pause)
+	}
+	if fixed := newPacer(&Config{LargeMessage: 1, LargeInFlight: 1, LargeShare: 0.5}, "a", func() bool { return true }, nil); fixed.adaptive {
+		t.Errorf("LargeShare 0.5 made an adaptive pacer")
+	}
+}
+
+// TestPoolAdaptsShare: a pool on its defaults times its small calls. With
+// no large request in flight they all count as clean, and the share widens;
+// while a large request is in flight none does, and it narrows.
+func TestPoolAdaptsShare(t *testing.T) {
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		if len(req.Payload) >= 1<<10 {
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		resp.Payload = append(resp.Payload[:0], req.Payload[:min(len(req.Payload), 8)]...)
+	}), ServerConfig{})
+	p := newPool(t, Config{LargeMessage: 1 << 10})
+	ctx := testCtx(t)
+	call := func() {
+		t.Helper()
+		resp, err := p.RoundTrip(ctx, ts.addr, newRequest("small"))
+		if err != nil {
+			t.Fatalf("small call: %v", err)
+		}
+		p.Release(resp)
+	}
+	call()
+	pace := (*p.eps.Load())[ts.addr].pace
+	if pace == nil || !pace.adaptive {
+		t.Fatalf("the default pool's pacer is %+v, want an adaptive one", pace)
+	}
+	// Calls until the share has moved, at most a few windows' worth.
+	const most = 4 * latWindow * sampleEvery
+	until := func(what string, moved func(float64) bool) {
+		t.Helper()
+		for range most {
+			if moved(pace.getShare()) {
+				return
+			}
+			call()
+		}
+		t.Fatalf("after %d small calls the share is %v, want it %s", most, pace.getShare(), what)
+	}
+	until("above 0.25 with no large request in flight", func(s float64) bool { return s > initialShare })
+	widened := pace.getShare()
+
+	large := make(chan error, 1)
+	go func() {
+		resp, err := p.RoundTrip(ctx, ts.addr, newRequest(strings.Repeat("x", 2<<10)))
+		p.Release(resp)
+		large <- err
+	}()
+	select {
+	case <-entered:
+	case err := <-large:
+		t.Fatalf("the large call ended before its handler ran: %v", err)
+	case <-ctx.Done():
+		t.Fatalf("the large request's handler did not run: %v", ctx.Err())
+	}
+	if pace.active.Load() != 1 {
+		t.Fatalf("%d large requests in flight, want 1", pace.active.Load())
+	}
+	until("below its widened "+strconv.FormatFloat(widened, 'g', 3, 64)+" while a large request is in flight",
+		func(s float64) bool { return s < widened })
+	close(release)
+	if err := waitFor(t, large, "the large call"); err != nil {
+		t.Fatalf("large call: %v", err)
+	}
+}
+
+// TestTimedSmallCallsAllocateNothing: timing small calls for an adaptive
+// share adds no allocation to a call: a pool with a fixed share, which
+// times none, allocates as much per call.
+func TestTimedSmallCallsAllocateNothing(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	ctx := testCtx(t)
+	perCall := func(cfg Config) float64 {
+		p := newPool(t, cfg)
+		req := newRequest("small")
+		call := func() {
+			resp, err := p.RoundTrip(ctx, ts.addr, req)
+			if err != nil {
+				t.Fatalf("small call: %v", err)
+			}
+			p.Release(resp)
+		}
+		call()
+		return testing.AllocsPerRun(2000, call)
+	}
+	adaptive := perCall(Config{})
+	fixed := perCall(Config{LargeShare: 0.25})
+	t.Logf("allocations per small call: %.2f with an adaptive share, %.2f with a fixed one", adaptive, fixed)
+	if adaptive > fixed+0.05 {
+		t.Errorf("a small call allocates %.2f times with an adaptive share, %.2f with a fixed one: timing must not allocate", adaptive, fixed)
 	}
 }

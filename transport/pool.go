@@ -117,6 +117,7 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 		}
 	}
 	var i int
+	timed := false
 	if large := p.cfg.LargeMessage; large > 0 && len(req.Payload) >= large {
 		i = p.cfg.ConnsPerAddr
 		if e.pace != nil {
@@ -128,7 +129,11 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 			defer e.pace.release(sent)
 		}
 	} else {
-		i = int(e.rr.Add(1)) % p.cfg.ConnsPerAddr
+		n := e.rr.Add(1)
+		i = int(n) % p.cfg.ConnsPerAddr
+		// A whole turn of the connections in sampleEvery is timed: each
+		// connection's calls count.
+		timed = e.pace != nil && e.pace.adaptive && (n/uint32(p.cfg.ConnsPerAddr))%sampleEvery == 0
 	}
 	c := e.slots[i].Load()
 	if !c.usable() || e.readOnly.Load() {
@@ -139,6 +144,9 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 		if c, err = e.slowConn(ctx, i, start, req.Timeout); err != nil {
 			return nil, err
 		}
+	}
+	if timed {
+		return e.pace.timeSmall(ctx, c, req, start)
 	}
 	return c.roundTrip(ctx, req, start)
 }

@@ -8,7 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/dabbrpc/dabb/internal/bufpool"
+	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/protocol"
 )
 
@@ -171,4 +174,34 @@ func TestLargeWriteAfterItsLimitEnded(t *testing.T) {
 	if string(m.Payload) != "next" {
 		t.Errorf("the peer got a frame of %d bytes first: the request its caller gave up on was sent anyway", len(m.Payload))
 	}
+}
+
+// TestLargeBuffersGoBack: every large buffer of a large echo goes back to
+// the shared pool, on both sides: the request's body the server read, the
+// response its handler encoded into a pooled buffer (as the codecs do),
+// and the response's body the client read, once released. A buffer left
+// out shows as bufpool.Outstanding staying up.
+func TestLargeBuffersGoBack(t *testing.T) {
+	ts := startServer(t, HandlerFunc(func(_ context.Context, req, resp *protocol.Message) {
+		resp.Payload = append(bufpool.Get(len(req.Payload))[:0], req.Payload...)
+	}), ServerConfig{})
+	p := newPool(t, Config{})
+	ctx := testCtx(t)
+	payload := bytes.Repeat([]byte("x"), 1<<20)
+	start := bufpool.Outstanding()
+	for i := range 10 {
+		resp, err := p.RoundTrip(ctx, ts.addr, newRequest(string(payload)))
+		if err != nil {
+			t.Fatalf("large call %d: %v", i, err)
+		}
+		if !bytes.Equal(resp.Payload, payload) {
+			t.Fatalf("large call %d: %d bytes back, not the %d sent", i, len(resp.Payload), len(payload))
+		}
+		p.Release(resp)
+	}
+	// The server hands its buffers back after writing the response, which
+	// may be after the client has it.
+	wait.Until(t, defaultTestTimeout, time.Millisecond, "the large buffers to go back to the pool", func() bool {
+		return bufpool.Outstanding() <= start
+	})
 }

@@ -15,6 +15,7 @@ package bufpool
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 const (
@@ -36,6 +37,14 @@ const MaxKept = 256 << 10
 // pools[i] holds buffers whose capacity is at least 1<<(minShift+i).
 var pools [maxShift - minShift + 1]sync.Pool
 
+// out counts the pooled-range buffers Get handed out minus those Put took.
+var out atomic.Int64
+
+// Outstanding returns how many buffers of Min to Max bytes Get has handed
+// out and Put has not taken back. Tests read it to find a large buffer that
+// never went back; a Put of a buffer Get did not make lowers it.
+func Outstanding() int64 { return out.Load() }
+
 // Get returns a buffer of length n. For n in [Min, Max] its capacity is the
 // power of two at or above n and it may come from the pool, holding old
 // bytes: the caller overwrites what it uses.
@@ -44,6 +53,7 @@ func Get(n int) []byte {
 		return make([]byte, n)
 	}
 	shift := bits.Len(uint(n - 1)) // smallest s with 1<<s >= n
+	out.Add(1)
 	if p, ok := pools[shift-minShift].Get().(*[]byte); ok {
 		return (*p)[:n]
 	}
@@ -54,13 +64,11 @@ func Get(n int) []byte {
 // over Max they are dropped. The caller must not touch b afterwards.
 func Put(b []byte) {
 	c := cap(b)
-	if c < Min {
+	if c < Min || c > Max {
 		return
 	}
 	shift := bits.Len(uint(c)) - 1 // largest s with 1<<s <= c
-	if shift > maxShift {
-		return
-	}
+	out.Add(-1)
 	b = b[:0]
 	pools[shift-minShift].Put(&b)
 }

@@ -71,3 +71,24 @@ func TestReuseAllocatesNothing(t *testing.T) {
 		t.Errorf("Get+Put of a pooled size: %.1f allocations, want at most 1", allocs)
 	}
 }
+
+// Outstanding counts the pooled-range buffers handed out and not put back;
+// buffers outside the range count neither way.
+func TestOutstanding(t *testing.T) {
+	start := Outstanding()
+	small, huge := Get(Min-1), Get(Max+1)
+	a, b := Get(Min), Get(1<<20+1)
+	if got := Outstanding() - start; got != 2 {
+		t.Fatalf("after Get of two pooled sizes and two others, Outstanding rose by %d, want 2", got)
+	}
+	Put(small)
+	Put(huge)
+	Put(a)
+	if got := Outstanding() - start; got != 1 {
+		t.Fatalf("after one pooled buffer went back, Outstanding is %d over its start, want 1", got)
+	}
+	Put(b)
+	if got := Outstanding() - start; got != 0 {
+		t.Fatalf("after every pooled buffer went back, Outstanding is %d over its start, want 0", got)
+	}
+}
