@@ -107,7 +107,6 @@ type Registrar struct {
 	cmd  *exec.Cmd
 	in   io.WriteCloser
 	out  *bufio.Scanner
-	done chan error
 }
 
 // StartRegistrar starts exe (a test binary whose TestMain calls
