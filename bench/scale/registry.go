@@ -104,9 +104,9 @@ func Quiet() *slog.Logger {
 
 // Registrar is a registrar process: it registers instances on command.
 type Registrar struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Scanner
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
 }
 
 // StartRegistrar starts exe (a test binary whose TestMain calls
