@@ -15,6 +15,9 @@ func TestEqualSets(t *testing.T) {
 	w100.Weight = 100
 	bOther := b
 	bOther.Metadata = map[string]string{"v": "2"}
+	c := registry.Instance{Service: "s", ID: "c", Addr: "h:2", Metadata: map[string]string{"v": "1"}}
+	aAddr := a
+	aAddr.Addr = "h:9"
 	emptyMD := a
 	emptyMD.Metadata = map[string]string{}
 	tests := []struct {
@@ -22,6 +25,9 @@ func TestEqualSets(t *testing.T) {
 		x, y []registry.Instance
 		want bool
 	}{
+		{"Sorted", []registry.Instance{a, b}, []registry.Instance{a, b}, true},
+		{"SortedOtherID", []registry.Instance{a, b}, []registry.Instance{a, c}, false},
+		{"SortedOtherAddr", []registry.Instance{a, b}, []registry.Instance{aAddr, b}, false},
 		{"BothEmpty", nil, []registry.Instance{}, true},
 		{"Order", []registry.Instance{a, b}, []registry.Instance{b, a}, true},
 		{"DefaultWeight", []registry.Instance{a}, []registry.Instance{w100}, true},

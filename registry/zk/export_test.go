@@ -11,6 +11,7 @@ var hooks struct {
 	mu      sync.Mutex // guards following
 	arm     map[*Registry]func(p string)
 	session map[*Registry]func(id int64)
+	fetch   map[*Registry]func(n int)
 }
 
 // init installs the package's hooks before any test runs, so that no
@@ -18,6 +19,15 @@ var hooks struct {
 func init() {
 	hooks.arm = make(map[*Registry]func(string))
 	hooks.session = make(map[*Registry]func(int64))
+	hooks.fetch = make(map[*Registry]func(int))
+	fetchHook = func(r *Registry, n int) {
+		hooks.mu.Lock()
+		fn := hooks.fetch[r]
+		hooks.mu.Unlock()
+		if fn != nil {
+			fn(n)
+		}
+	}
 	armHook = func(r *Registry, p string) {
 		hooks.mu.Lock()
 		fn := hooks.arm[r]
@@ -61,6 +71,19 @@ func setSessionHook(t testing.TB, r *Registry, fn func(id int64)) {
 	t.Cleanup(func() {
 		hooks.mu.Lock()
 		delete(hooks.session, r)
+		hooks.mu.Unlock()
+	})
+}
+
+// setFetchHook makes each load of r's watchers call fn with the number of
+// children whose data it reads, until t ends.
+func setFetchHook(t testing.TB, r *Registry, fn func(n int)) {
+	hooks.mu.Lock()
+	hooks.fetch[r] = fn
+	hooks.mu.Unlock()
+	t.Cleanup(func() {
+		hooks.mu.Lock()
+		delete(hooks.fetch, r)
 		hooks.mu.Unlock()
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dabbrpc/dabb/registry"
@@ -100,6 +101,8 @@ type watcher struct {
 	changed chan struct{} // closed and replaced when the fields above change
 	last    []registry.Instance
 	fresh   bool // Next returns the set even if it is unchanged: at first, and after an outage
+
+	read readState // what load read last; load's alone
 }
 
 // Next returns the current set the first time, then blocks until the set
@@ -219,11 +222,18 @@ func (w *watcher) run(conn *zk.Conn, events <-chan zk.Event) {
 }
 
 // load sets a watch on the service node's children (or on the node's
-// creation while it does not exist) and reads the instances.
+// creation while it does not exist) and reads the instances. It reads the
+// data of the children it has not read before; the others keep what the
+// last load read, unless the service node's child version shows that a
+// child was deleted and created again since (a Register replacing an
+// instance's data does that): then it reads every child again. The list
+// of children names comes whole from ZooKeeper at every change. load
+// never runs twice at once: it alone uses w.read.
 func (w *watcher) load(conn *zk.Conn) ([]registry.Instance, <-chan zk.Event, error) {
 	for range maxAttempts {
-		children, _, events, err := conn.ChildrenW(w.path)
+		children, stat, events, err := conn.ChildrenW(w.path)
 		if errors.Is(err, zk.ErrNoNode) {
+			w.read = readState{}
 			exists, _, created, err := conn.ExistsW(w.path)
 			if err != nil {
 				return nil, nil, err
@@ -236,23 +246,115 @@ func (w *watcher) load(conn *zk.Conn) ([]registry.Instance, <-chan zk.Event, err
 		if err != nil {
 			return nil, nil, err
 		}
+		var prev map[string]childNode
+		if w.read.nodes != nil && stat.Czxid == w.read.czxid {
+			prev = w.read.nodes // the same service node as last time
+		}
+		nodes := make(map[string]childNode, len(children))
+		var fetch []string
+		for _, child := range children {
+			if n, ok := prev[child]; ok {
+				nodes[child] = n
+			} else {
+				fetch = append(fetch, child)
+			}
+		}
+		// Each creation and deletion of a child adds one to Cversion.
+		// More than the names that came and went means that a name
+		// kept was deleted and created again: its data may differ.
+		removed := len(prev) - (len(children) - len(fetch))
+		if prev != nil && int64(stat.Cversion)-int64(w.read.cversion) != int64(len(fetch)+removed) {
+			clear(nodes)
+			fetch = children
+		}
+		if err := w.fetch(conn, fetch, nodes); err != nil {
+			w.read = readState{}
+			return nil, nil, err
+		}
+		w.read = readState{czxid: stat.Czxid, cversion: stat.Cversion, nodes: nodes}
 		list := make([]registry.Instance, 0, len(children))
 		for _, child := range children {
-			data, _, err := conn.Get(w.path + "/" + child)
-			if errors.Is(err, zk.ErrNoNode) {
-				continue // gone since; the child watch has fired
-			}
-			if err != nil {
-				return nil, nil, err
-			}
-			in, ok := w.decode(child, data)
-			if ok {
-				list = append(list, in)
+			if n, ok := nodes[child]; ok && n.ok {
+				list = append(list, n.in)
 			}
 		}
 		return registry.SortedCopy(list), events, nil
 	}
 	return nil, nil, fmt.Errorf("%s appeared and vanished %d times", w.path, maxAttempts)
+}
+
+// readState is what the last load read: the service node's creation
+// zxid and child version, and each child's decoded data.
+type readState struct {
+	czxid    int64
+	cversion int32
+	nodes    map[string]childNode // nil: read every child
+}
+
+// childNode is a child's data as decoded; ok is false for a node that
+// holds no instance (skipped, and logged once).
+type childNode struct {
+	in registry.Instance
+	ok bool
+}
+
+// fetchHook, set only by tests, is called by each load of a watcher of r
+// with the number of children whose data it reads.
+var fetchHook func(r *Registry, n int)
+
+// fetchParallel bounds the Gets load has in flight at once: the client
+// pipelines them on the session's connection.
+const fetchParallel = 32
+
+// fetch reads and decodes the children named into nodes, up to
+// fetchParallel at once. A child gone since the list is left out: its
+// deletion has fired the child watch.
+func (w *watcher) fetch(conn *zk.Conn, names []string, nodes map[string]childNode) error {
+	if fetchHook != nil {
+		fetchHook(w.r, len(names))
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	got := make([]childNode, len(names))
+	gone := make([]bool, len(names))
+	var next atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	var wg sync.WaitGroup
+	for range min(fetchParallel, len(names)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(names) {
+					return
+				}
+				data, _, err := conn.Get(w.path + "/" + names[i])
+				if errors.Is(err, zk.ErrNoNode) {
+					gone[i] = true
+					continue
+				}
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					next.Store(int64(len(names))) // the others stop too
+					return
+				}
+				got[i].in, got[i].ok = w.decode(names[i], data)
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	for i, name := range names {
+		if !gone[i] {
+			nodes[name] = got[i]
+		}
+	}
+	return nil
 }
 
 // decode reads an instance node. The path names the instance: the

@@ -36,6 +36,56 @@ func TestVisibleWithinOneSecond(t *testing.T) {
 	t.Logf("deregistration visible after %v", took)
 }
 
+// TestWatchReadsOnlyNewChildren: after a change, the watcher reads the
+// data of the children that came alone; when a Register replaces an
+// instance's data (its node deleted and created again under the same
+// name) it reads them all, and the new data shows.
+func TestWatchReadsOnlyNewChildren(t *testing.T) {
+	provider, consumer := shared(t), shared(t)
+	svc := serviceFor(t)
+	a, b, c := inst(svc, "20001"), inst(svc, "20002"), inst(svc, "20003")
+	for _, in := range []registry.Instance{a, b} {
+		if err := provider.Register(ctxFor(t, 5*time.Second), in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := make(chan int, 16)
+	setFetchHook(t, consumer, func(n int) { reads <- n })
+	w, err := consumer.Watch(ctxFor(t, 5*time.Second), svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitSet(t, w, time.Second, "at first", a, b)
+	if n := <-reads; n != 2 {
+		t.Fatalf("the first load read %d children, want 2", n)
+	}
+
+	if err := provider.Register(ctxFor(t, 5*time.Second), c); err != nil {
+		t.Fatal(err)
+	}
+	waitSet(t, w, time.Second, "after a Register", a, b, c)
+	if n := <-reads; n != 1 {
+		t.Errorf("the load after one Register read %d children, want 1", n)
+	}
+
+	b2 := b
+	b2.Addr = "127.0.0.1:30002"
+	if err := provider.Register(ctxFor(t, 5*time.Second), b2); err != nil {
+		t.Fatal(err)
+	}
+	waitSet(t, w, time.Second, "after b's data was replaced", a, b2, c)
+	all := false
+	for !all {
+		select {
+		case n := <-reads:
+			all = n == 3
+		default:
+			t.Fatal("no load read every child after a node was replaced")
+		}
+	}
+}
+
 // TestOutageKeepsLastSetAndRecovers: while ZooKeeper is down, for less
 // than the session timeout, a watcher keeps its last set quietly and calls
 // fail fast; when it is back the sessions resume and changes flow again.

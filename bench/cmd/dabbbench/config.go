@@ -31,6 +31,9 @@ type config struct {
 	profile    string // directory for CPU profiles, or ""
 	readme     string // a Markdown file whose dabbbench block gets the table, or ""
 	allocs     bool   // also run the in-process benchmarks for allocations per call
+	scale      bool   // also run the scale section
+	sweep      bool   // run the sweep (false: the scale section alone)
+	scaleCfg   scaleConfig
 	args       []string
 }
 
@@ -51,6 +54,8 @@ func parseFlags(args []string) (config, error) {
 	out := fs.String("out", "results", "directory for the table, CSV and chart")
 	readme := fs.String("readme", "", "also put the table into this Markdown file, between <!-- dabbbench:start --> and <!-- dabbbench:end -->")
 	allocs := fs.Bool("allocs", true, "after the sweep, also count allocations per call with the in-process benchmarks (go test -bench in the bench module, about 20 s)")
+	scaleOn := fs.Bool("scale", true, "after the sweep, also measure the scale section: idle connections of dabb's and gRPC-Go's servers, instances in etcd and ZooKeeper, payload sizes (about 3 minutes)")
+	sweep := fs.Bool("sweep", true, "run the concurrency sweep; -sweep=false runs the scale section alone and writes it to scale.md in -out")
 	profile := fs.String("cpuprofile", "", "directory to write CPU profiles to: <framework>-server.pprof for each server, and one of the client process, all-client.pprof (<framework>-client.pprof with one framework)")
 	fs.Bool("server", false, "run as a framework's server process (used by the command itself)")
 	fs.String("framework", "", "with -server: the framework to serve")
@@ -61,7 +66,8 @@ func parseFlags(args []string) (config, error) {
 		return config{}, fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
 	}
 	cfg := config{duration: *duration, warmup: *warmup, rounds: *rounds, payload: *payload, mix: *mix,
-		mixC: *mixC, large: *large, out: *out, profile: *profile, readme: *readme, allocs: *allocs, args: args}
+		mixC: *mixC, large: *large, out: *out, profile: *profile, readme: *readme, allocs: *allocs,
+		scale: *scaleOn, sweep: *sweep, scaleCfg: defaultScale(), args: args}
 	for _, n := range strings.Split(*names, ",") {
 		f, err := frameworks.Lookup(strings.TrimSpace(n))
 		if err != nil {
@@ -92,6 +98,8 @@ func parseFlags(args []string) (config, error) {
 		return config{}, fmt.Errorf("%w: -duration must be > 0 and -warmup >= 0", ErrUsage)
 	case cfg.rounds < 1 || cfg.rounds > 1000:
 		return config{}, fmt.Errorf("%w: -rounds %d: want 1 to 1000", ErrUsage, cfg.rounds)
+	case !cfg.sweep && !cfg.scale:
+		return config{}, fmt.Errorf("%w: -sweep=false with -scale=false measures nothing", ErrUsage)
 	case cfg.mix && (cfg.mixC < 1 || cfg.large < 1):
 		return config{}, fmt.Errorf("%w: -mixc and -large must be >= 1", ErrUsage)
 	}

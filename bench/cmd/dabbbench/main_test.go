@@ -37,6 +37,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.scaleCfg = tinyScale()
 	var stdout, stderr bytes.Buffer
 	if err := run(cfg, &stdout, &stderr); err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
@@ -50,6 +51,12 @@ func TestRun(t *testing.T) {
 		if !bytes.Contains(md, []byte(want)) {
 			t.Errorf("bench.md lacks %q:\n%s", want, md)
 		}
+	}
+	if !bytes.Contains(md, []byte("### Scale: what each resource costs")) || bytes.Contains(md, []byte("Scale errors")) {
+		t.Errorf("bench.md lacks the scale section, or it has errors:\n%s", md)
+	}
+	if _, err := os.Stat(filepath.Join(out, scaleFile)); err != nil {
+		t.Errorf("no %s: %v", scaleFile, err)
 	}
 	if !bytes.Contains(md, []byte("| c=1 calls/s, dabb ÷ raw |")) {
 		t.Errorf("bench.md lacks the targets table:\n%s", md)
@@ -102,7 +109,7 @@ func TestRun(t *testing.T) {
 func TestRunTLS(t *testing.T) {
 	out := t.TempDir()
 	cfg, err := parseFlags([]string{"-frameworks", "dabb,grpc,dabb-tls,grpc-tls", "-c", "1", "-duration", "100ms", "-warmup", "50ms",
-		"-rounds", "1", "-mix=false", "-allocs=false", "-out", out})
+		"-rounds", "1", "-mix=false", "-allocs=false", "-scale=false", "-out", out})
 	if err != nil {
 		t.Fatal(err)
 	}

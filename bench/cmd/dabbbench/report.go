@@ -40,6 +40,17 @@ func writeResults(res *results, stdout io.Writer) error {
 		files[inprocFile] = func(w io.Writer) error { _, err := io.WriteString(w, a.inprocText()); return err }
 		written += ", " + filepath.Join(res.cfg.out, inprocFile)
 	}
+	if sc := res.scale; sc != nil {
+		files[scaleFile] = func(w io.Writer) error {
+			js, err := sc.scaleJSON()
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(js)
+			return err
+		}
+		written += ", " + filepath.Join(res.cfg.out, scaleFile)
+	}
 	for name, write := range files {
 		if err := writeFile(filepath.Join(res.cfg.out, name), write); err != nil {
 			return err
@@ -260,6 +271,7 @@ func writeMarkdown(w io.Writer, res *results, chart string) {
 	writeAllocs(w, res, path.Join(path.Dir(chart), inprocFile))
 	writeTargets(w, res)
 	writeTLS(w, res)
+	writeScale(w, res.scale)
 	var errs []string
 	for _, p := range res.medians() {
 		if n, first, r := res.roundErrors(p); first != "" {

@@ -480,7 +480,7 @@ func TestStartEntrant(t *testing.T) {
 func TestRunDropsFailingFramework(t *testing.T) {
 	out := t.TempDir()
 	cfg, err := parseFlags([]string{"-frameworks", "raw", "-c", "2", "-mix=false", "-rounds", "2", "-duration", "100ms",
-		"-warmup", "20ms", "-allocs=false", "-out", out})
+		"-warmup", "20ms", "-allocs=false", "-scale=false", "-out", out})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,12 +96,19 @@ type results struct {
 	points   []point       // every window of every round, in the order measured
 	skipped  []string      // frameworks that failed, with why and from when
 	allocs   *allocResults // the in-process benchmarks, nil without -allocs
+	scale    *scaleResults // the scale section, nil without -scale
 }
 
 func run(cfg config, stdout, stderr io.Writer) error {
 	res := &results{cfg: cfg, start: time.Now(), loadFrom: loadAvg()}
 	prog := newProgress(stderr, cfg)
 	defer prog.stop()
+	if !cfg.sweep {
+		res.scale = runScale(cfg.scaleCfg, prog, prog.wrap(stderr))
+		res.end, res.loadTo = time.Now(), loadAvg()
+		prog.stop()
+		return writeScaleOnly(res, stdout)
+	}
 	stopProfile := func() {}
 	if cfg.profile != "" {
 		stop, err := startProfile(filepath.Join(cfg.profile, clientProfile(cfg)))
@@ -162,6 +169,9 @@ func run(cfg config, stdout, stderr io.Writer) error {
 		if res.allocs.err != nil {
 			prog.logf("%v", res.allocs.err)
 		}
+	}
+	if cfg.scale {
+		res.scale = runScale(cfg.scaleCfg, prog, prog.wrap(stderr))
 	}
 	prog.stop()
 	return writeResults(res, stdout)
@@ -366,7 +376,7 @@ func measure(client frameworks.Client, ch *child, s spec, warmup, duration time.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := benchpb.NewMessage(size)
+			req := newRequest(size)
 			for !stop.Load() {
 				t0 := time.Now()
 				reply, err := client.Echo(ctx, req)

@@ -15,7 +15,8 @@ import (
 // it prints "<prefix> addr HOST:PORT" once it listens, answers each
 // "sample" line with "<prefix> sample CPU_NS READS WRITES" (its own
 // getrusage CPU time in nanoseconds and its read and write system calls
-// from /proc/self/io; see sample), answers any other non-empty line with
+// from /proc/self/io; see sample), each "mem" line with "<prefix> mem
+// RSS_KIB GOROUTINES HEAP_BYTES" after a GC (see takeMem), answers any other non-empty line with
 // "<prefix> error unknown command ...", and exits when stdin closes. Lines
 // without the prefix are ignored by the parent.
 const ctlPrefix = "dabbbench-server"
@@ -56,6 +57,8 @@ func serverMain(args []string, stdin io.Reader, stdout io.Writer) error {
 		switch cmd := strings.TrimSpace(sc.Text()); cmd {
 		case "sample":
 			fmt.Fprintf(stdout, "%s sample %s\n", ctlPrefix, takeSample())
+		case "mem":
+			fmt.Fprintf(stdout, "%s mem %s\n", ctlPrefix, takeMem())
 		case "":
 		default:
 			fmt.Fprintf(stdout, "%s error unknown command %q\n", ctlPrefix, cmd)
