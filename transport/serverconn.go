@@ -218,7 +218,7 @@ func (sc *serverConn) serve() {
 	for first := true; ; first = false {
 		call := serverCallPool.Get().(*serverCall)
 		sc.watch.waiting(br.Buffered() > 0, sc.live.reads.Load())
-		if br.Buffered() == 0 {
+		if br.Buffered() == 0 && s.nconns.Load() > lendFrom {
 			idle.wait(br, src)
 		}
 		err := rd.Read(&call.req)
@@ -278,6 +278,12 @@ func (sc *serverConn) serve() {
 		}
 	}
 }
+
+// lendFrom is the number of connections above which a connection's read
+// buffer is lent while it waits. Below it the buffers cost little (4 MiB
+// at most), and the peek before each wait would be a system call per
+// batch of frames on a busy connection for nothing.
+const lendFrom = 256
 
 // maxFreeReaders bounds the free list of read buffers: beyond it, the
 // buffers of connections going idle go back to the garbage collector.
