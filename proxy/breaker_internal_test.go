@@ -132,3 +132,31 @@ func TestPanicThreshold(t *testing.T) {
 		})
 	}
 }
+
+// TestQuietBreakerIsBypassed: attempts on a closed breaker with no failure
+// in its run do not go through gobreaker (its lock and two clock reads per
+// attempt serialised 512 callers of one instance); a failure is told to it,
+// the next attempt goes through it and its success ends the run; with
+// FailureRatio set every attempt goes through it.
+func TestQuietBreakerIsBypassed(t *testing.T) {
+	const addr = "10.0.0.1:20880"
+	fail := &protocol.Error{Status: protocol.StatusServerError, Remote: true}
+	b := newBreakers(BreakerConfig{}, slog.New(slog.DiscardHandler), nil)
+	h := b.get(addr)
+	if !b.quiet(h) {
+		t.Fatal("a new breaker is not quiet")
+	}
+	h.fail(fail)
+	if b.quiet(h) || h.cb.Counts().ConsecutiveFailures != 1 {
+		t.Fatalf("after a failure: quiet %v, counts %+v", b.quiet(h), h.cb.Counts())
+	}
+	_, _ = h.cb.Execute(func() (struct{}, error) { return struct{}{}, nil })
+	h.settle(nil)
+	if !b.quiet(h) {
+		t.Fatalf("a success after the failure left the breaker loud: counts %+v", h.cb.Counts())
+	}
+	ratio := newBreakers(BreakerConfig{FailureRatio: 0.5}, slog.New(slog.DiscardHandler), nil)
+	if ratio.quiet(ratio.get(addr)) {
+		t.Fatal("with FailureRatio set, attempts bypass the breaker that must count them all")
+	}
+}
