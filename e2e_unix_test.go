@@ -33,7 +33,9 @@ func TestFreezeInstanceUnderLoad(t *testing.T) {
 	// Cleanup runs last in, first out: this SIGCONT comes before the
 	// SIGKILL that startServerProcess registered.
 	t.Cleanup(func() { _ = frozen.Signal(syscall.SIGCONT) })
-	// Each call's attempts, kept for the message of a call that fails.
+	// Each call's attempts, kept for the message of a call that fails,
+	// with when the call began against the freeze.
+	var freezeAt time.Time
 	trace := func(next proxy.Invoker) proxy.Invoker {
 		return func(ctx context.Context, call *proxy.Call) error {
 			start := time.Now()
@@ -43,7 +45,7 @@ func TestFreezeInstanceUnderLoad(t *testing.T) {
 			}
 			err := next(ctx, call)
 			if err != nil {
-				return fmt.Errorf("%w; attempts: %s", err, strings.Join(tried, "; "))
+				return fmt.Errorf("%w; began %v after the freeze; attempts: %s", err, start.Sub(freezeAt).Round(time.Millisecond), strings.Join(tried, "; "))
 			}
 			return nil
 		}
@@ -64,7 +66,7 @@ func TestFreezeInstanceUnderLoad(t *testing.T) {
 	}
 
 	start := time.Now()
-	freezeAt := start.Add(d / 2)
+	freezeAt = start.Add(d / 2)
 	var (
 		mu            sync.Mutex
 		before, after []time.Duration

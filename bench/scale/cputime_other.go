@@ -4,5 +4,5 @@ package scale
 
 import "time"
 
-// cpuTime returns 0: getrusage is Unix's.
-func cpuTime() time.Duration { return 0 }
+// CPUTime returns 0: getrusage is Unix's.
+func CPUTime() time.Duration { return 0 }

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// cpuTime returns the CPU time, user plus system, this process has used.
-func cpuTime() time.Duration {
+// CPUTime returns the CPU time, user plus system, this process has used.
+func CPUTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

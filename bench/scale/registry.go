@@ -307,7 +307,7 @@ func Measure(b Backend, reg *Registrar, n, changes int) (Point, error) {
 	runtime.KeepAlive(bal)
 
 	lat := make([]time.Duration, 0, changes)
-	cpu0 := cpuTime()
+	cpu0 := CPUTime()
 	for i := range changes {
 		id := fmt.Sprintf("c-%05d", i)
 		mu.Lock()
@@ -328,7 +328,7 @@ func Measure(b Backend, reg *Registrar, n, changes int) (Point, error) {
 		}
 	}
 	if changes > 0 {
-		p.CPUPerChange = (cpuTime() - cpu0) / time.Duration(changes)
+		p.CPUPerChange = (CPUTime() - cpu0) / time.Duration(changes)
 		slices.Sort(lat)
 		p.P50, p.P99, p.Max = quantile(lat, 0.5), quantile(lat, 0.99), lat[len(lat)-1]
 	}

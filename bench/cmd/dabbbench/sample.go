@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dabbrpc/dabb/bench/scale"
 )
 
 // sample is what a process has used so far: CPU time (getrusage) and read
@@ -42,7 +44,7 @@ func parseSample(s string) (sample, error) {
 
 // takeSample samples this process.
 func takeSample() sample {
-	s := sample{cpu: cpuTime()}
+	s := sample{cpu: scale.CPUTime()}
 	b, err := os.ReadFile("/proc/self/io")
 	if err != nil {
 		return s

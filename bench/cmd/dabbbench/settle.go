@@ -2,6 +2,8 @@ package main
 
 import (
 	"time"
+
+	"github.com/dabbrpc/dabb/bench/scale"
 )
 
 // Settling between windows. A framework can leave work running after its
@@ -45,12 +47,12 @@ func quietFor(ents []*entrant, d time.Duration) bool {
 		}
 		before[i] = s.cpu
 	}
-	self := cpuTime()
+	self := scale.CPUTime()
 	t0 := time.Now()
 	time.Sleep(d) // the probe is a span of time to measure, not a wait for an event
 	elapsed := time.Since(t0)
 	limit := time.Duration(float64(elapsed) * quietShare)
-	quiet := cpuTime()-self < limit
+	quiet := scale.CPUTime()-self < limit
 	for i, e := range ents {
 		if e.err != nil {
 			continue
