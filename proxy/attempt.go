@@ -209,6 +209,11 @@ func (c *Client) attempt(ctx context.Context, call *Call, done balancer.Done) er
 	return c.guarded(call, call.Addr, done, func(start time.Time) error { return c.send(ctx, call, start) })
 }
 
+// errUnlisted is the cause of an attempt on an address that left its
+// service's list between the pick and the attempt. It was not sent, and
+// another instance may take it.
+var errUnlisted = errors.New("proxy: the address left the instance list")
+
 // guarded runs one attempt to addr under addr's circuit breaker. It then
 // reports the outcome to the balancer (done) and the observer. An attempt
 // the breaker refuses fails as not sent.
@@ -219,7 +224,15 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 	// of the next process there, a restart on the same port. It counts
 	// neither for its breaker nor for the balancer's figures.
 	draining := false
-	h := c.breakers.get(addr)
+	h, fresh := c.breakers.lookup(addr)
+	if fresh && !c.lists(call.balanced(), addr) {
+		// Picked from a list that an update replaced meanwhile, after
+		// the address's health went with it: the address is gone, and a
+		// fresh health would know no latency to bound the attempt by.
+		c.breakers.dropIf(addr, h)
+		done(0, nil)
+		return protocol.NotSent(protocol.StatusChannelInactive, addr, errUnlisted)
+	}
 	switch {
 	case c.breakers.cfg.Disabled:
 		err = run(start)

@@ -206,3 +206,38 @@ func TestAttemptsRetry(t *testing.T) {
 		}
 	})
 }
+
+// TestAttemptOnUnlistedAddress: an attempt on an address its service no
+// longer lists (picked from a list an update replaced, after the address's
+// health was dropped) is not sent and leaves no health behind; one on a
+// listed address goes out.
+func TestAttemptOnUnlistedAddress(t *testing.T) {
+	const svc = "test.Unlisted"
+	const listed, gone = "127.0.0.1:1", "127.0.0.1:2"
+	c, err := NewClient(static.New(registry.Instance{Service: svc, ID: listed, Addr: listed}), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.service(ctx, svc, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	call := &Call{Service: svc}
+	var done int
+	ran := false
+	err = c.guarded(call, gone, func(time.Duration, error) { done++ }, func(time.Time) error { ran = true; return nil })
+	if ran || !errors.Is(err, ErrNotSent) || !errors.Is(err, errUnlisted) {
+		t.Fatalf("attempt on an unlisted address: ran %v, err %v; want not sent, errUnlisted", ran, err)
+	}
+	if done != 1 {
+		t.Fatalf("the balancer was told of the attempt %d times, want 1", done)
+	}
+	if h := (*c.breakers.m.Load())[gone]; h != nil {
+		t.Fatal("the unlisted address kept a health entry")
+	}
+	if err := c.guarded(call, listed, func(time.Duration, error) {}, func(time.Time) error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("attempt on a listed address: ran %v, err %v", ran, err)
+	}
+}

@@ -161,14 +161,20 @@ func newBreakers(cfg BreakerConfig, log *slog.Logger, obs Observer) *breakers {
 
 // get returns the health of addr, creating it on first use.
 func (b *breakers) get(addr string) *instanceHealth {
+	h, _ := b.lookup(addr)
+	return h
+}
+
+// lookup returns the health of addr, and whether this call created it.
+func (b *breakers) lookup(addr string) (*instanceHealth, bool) {
 	if h := (*b.m.Load())[addr]; h != nil {
-		return h
+		return h, false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old := *b.m.Load()
 	if h := old[addr]; h != nil {
-		return h
+		return h, false
 	}
 	cfg := b.cfg
 	h := &instanceHealth{}
@@ -205,7 +211,7 @@ func (b *breakers) get(addr string) *instanceHealth {
 	}
 	next[addr] = h
 	b.m.Store(&next)
-	return h
+	return h, true
 }
 
 // forget drops addr's breaker because a new server took the address over.

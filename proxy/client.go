@@ -289,6 +289,14 @@ func (c *Client) listed(service string, ins []registry.Instance) {
 	}
 }
 
+// lists reports whether service lists addr now.
+func (c *Client) lists(service, addr string) bool {
+	c.addrMu.Lock()
+	defer c.addrMu.Unlock()
+	_, ok := c.addrs[service][addr]
+	return ok
+}
+
 // noteTLSNames records the MetadataTLSServerName values of ins. listed
 // forgets them with their addresses.
 func (c *Client) noteTLSNames(ins []registry.Instance) {
