@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -323,13 +324,15 @@ func TestAdaptiveShare(t *testing.T) {
 	}
 }
 
-// TestPoolAdaptsShare: a pool on its defaults times its small calls. With
-// no large request in flight they all count as clean, and the share widens;
-// while a large request is in flight none does, and it narrows.
+// TestPoolAdaptsShare: a pool on its defaults times its small calls once a
+// large request has gone, not before. With no large request in flight they
+// all count as clean, and the share widens; while a large request is in
+// flight none does, and it narrows.
 func TestPoolAdaptsShare(t *testing.T) {
 	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	var hold atomic.Bool // large requests wait for release
 	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
-		if len(req.Payload) >= 1<<10 {
+		if len(req.Payload) >= 1<<10 && hold.Load() {
 			entered <- struct{}{}
 			select {
 			case <-release:
@@ -353,6 +356,18 @@ func TestPoolAdaptsShare(t *testing.T) {
 	if pace == nil || !pace.adaptive {
 		t.Fatalf("the default pool's pacer is %+v, want an adaptive one", pace)
 	}
+	for range 4 * sampleEvery {
+		call()
+	}
+	if n := pace.lat.count.Load(); n != 0 {
+		t.Fatalf("%d small calls timed before any large request", n)
+	}
+	resp, err := p.RoundTrip(ctx, ts.addr, newRequest(strings.Repeat("x", 2<<10)))
+	if err != nil {
+		t.Fatalf("first large call: %v", err)
+	}
+	p.Release(resp)
+	hold.Store(true)
 	// Calls until the share has moved, at most a few windows' worth.
 	const most = 4 * latWindow * sampleEvery
 	until := func(what string, moved func(float64) bool) {
@@ -400,6 +415,14 @@ func TestTimedSmallCallsAllocateNothing(t *testing.T) {
 	ctx := testCtx(t)
 	perCall := func(cfg Config) float64 {
 		p := newPool(t, cfg)
+		// One large request first: small calls are timed only after one.
+		large := newRequest("large")
+		large.Payload = make([]byte, 64<<10) // the default LargeMessage
+		resp, err := p.RoundTrip(ctx, ts.addr, large)
+		if err != nil {
+			t.Fatalf("large call: %v", err)
+		}
+		p.Release(resp)
 		req := newRequest("small")
 		call := func() {
 			resp, err := p.RoundTrip(ctx, ts.addr, req)

@@ -132,8 +132,9 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 		n := e.rr.Add(1)
 		i = int(n) % p.cfg.ConnsPerAddr
 		// A whole turn of the connections in sampleEvery is timed: each
-		// connection's calls count.
-		timed = e.pace != nil && e.pace.adaptive && (n/uint32(p.cfg.ConnsPerAddr))%sampleEvery == 0
+		// connection's calls count. Until a large request has gone there
+		// is no share to adapt, and no call is timed.
+		timed = e.pace != nil && e.pace.adaptive && (n/uint32(p.cfg.ConnsPerAddr))%sampleEvery == 0 && e.pace.started.Load() > 0
 	}
 	c := e.slots[i].Load()
 	if !c.usable() || e.readOnly.Load() {
