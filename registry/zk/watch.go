@@ -8,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dabbrpc/dabb/registry"
 	"github.com/go-zookeeper/zk"
+	"golang.org/x/sync/errgroup"
 )
 
 // Watch starts following the instances of service. It reads the current
@@ -308,46 +308,35 @@ const fetchParallel = 32
 
 // fetch reads and decodes the children named into nodes, up to
 // fetchParallel at once. A child gone since the list is left out: its
-// deletion has fired the child watch.
+// deletion has fired the child watch. After a failure the reads not
+// started are skipped.
 func (w *watcher) fetch(conn *zk.Conn, names []string, nodes map[string]childNode) error {
 	if fetchHook != nil {
 		fetchHook(w.r, len(names))
 	}
-	if len(names) == 0 {
-		return nil
-	}
 	got := make([]childNode, len(names))
 	gone := make([]bool, len(names))
-	var next atomic.Int64
-	var firstErr error
-	var errOnce sync.Once
-	var wg sync.WaitGroup
-	for range min(fetchParallel, len(names)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(names) {
-					return
-				}
-				data, _, err := conn.Get(w.path + "/" + names[i])
-				if errors.Is(err, zk.ErrNoNode) {
-					gone[i] = true
-					continue
-				}
-				if err != nil {
-					errOnce.Do(func() { firstErr = err })
-					next.Store(int64(len(names))) // the others stop too
-					return
-				}
-				got[i].in, got[i].ok = w.decode(names[i], data)
+	g, failed := errgroup.WithContext(context.Background())
+	g.SetLimit(fetchParallel)
+	for i, name := range names {
+		g.Go(func() error {
+			if failed.Err() != nil {
+				return nil
 			}
-		}()
+			data, _, err := conn.Get(w.path + "/" + name)
+			if errors.Is(err, zk.ErrNoNode) {
+				gone[i] = true
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			got[i].in, got[i].ok = w.decode(name, data)
+			return nil
+		})
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	for i, name := range names {
 		if !gone[i] {
