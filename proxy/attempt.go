@@ -239,7 +239,7 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 		draining = err != nil && c.pool.ReadOnly(addr)
 	case c.breakers.quiet(h):
 		err = run(start)
-		if draining = err != nil && c.pool.ReadOnly(addr); !draining && instanceFailure(err) && !excludedFromBreaker(err) {
+		if draining = err != nil && c.pool.ReadOnly(addr); !draining && countsAgainst(err) {
 			h.fail(err)
 		}
 	default:

@@ -91,10 +91,6 @@ type breakers struct {
 	observer Observer
 	mu       sync.Mutex                                 // serialises creation
 	m        atomic.Pointer[map[string]*instanceHealth] // copy on write
-	// quick says a closed breaker with no failure in its run may be
-	// skipped: its trip depends on the run of failures alone
-	// (FailureRatio is off), so a success changes nothing it counts.
-	quick bool
 	// gen changes whenever a breaker trips, closes or goes: panic
 	// verdicts computed under an older gen are stale.
 	gen atomic.Uint64
@@ -118,11 +114,13 @@ type instanceHealth struct {
 // nothing and only its failure needs telling (fail). This costs two atomic
 // loads, where the breaker takes its lock and reads the clock twice.
 func (b *breakers) quiet(h *instanceHealth) bool {
-	return b.quick && !h.tripped.Load() && !h.failing.Load()
+	// With FailureRatio on, every attempt counts; without it the trip
+	// depends on the run of failures alone.
+	return b.cfg.FailureRatio <= 0 && !h.tripped.Load() && !h.failing.Load()
 }
 
 // fail tells h's breaker of a failure of an attempt that bypassed it.
-// err counts as a failure (instanceFailure, not excludedFromBreaker).
+// err is one that counts (countsAgainst).
 func (h *instanceHealth) fail(err error) {
 	h.report.Lock()
 	defer h.report.Unlock()
@@ -136,11 +134,11 @@ func (h *instanceHealth) fail(err error) {
 // which ended with err (errDraining for a draining address).
 func (h *instanceHealth) settle(err error) {
 	switch {
-	case err != nil && instanceFailure(err) && !excludedFromBreaker(err):
+	case countsAgainst(err):
 		h.report.Lock()
 		h.failing.Store(true)
 		h.report.Unlock()
-	case h.failing.Load() && (err == nil || !instanceFailure(err)):
+	case h.failing.Load() && !instanceFailure(err):
 		h.report.Lock()
 		// A failure told meanwhile is in the counts by now, or sets
 		// failing after this: either way it is not lost.
@@ -153,7 +151,6 @@ func (h *instanceHealth) settle(err error) {
 
 func newBreakers(cfg BreakerConfig, log *slog.Logger, obs Observer) *breakers {
 	b := &breakers{cfg: cfg.withDefaults(), log: log, observer: obs}
-	b.quick = b.cfg.FailureRatio <= 0
 	empty := map[string]*instanceHealth{}
 	b.m.Store(&empty)
 	return b
@@ -337,6 +334,10 @@ func instanceFailure(err error) bool {
 	}
 	return false
 }
+
+// countsAgainst reports whether err counts as a failure for a breaker: it
+// speaks of the instance's health and is not excluded.
+func countsAgainst(err error) bool { return instanceFailure(err) && !excludedFromBreaker(err) }
 
 // errDraining stands, for the breaker, for a failure from an address that
 // announced its shutdown (guarded).
