@@ -28,12 +28,35 @@ func (s *Server) worker(call *serverCall) {
 		if !s.putIdle(w) {
 			return
 		}
-		// A bare receive: no timer and no select. A select over the work,
-		// an idle timer and the server's context cost CPU, and arming the
-		// timer woke the network poller on every call.
-		call = <-w.ch
+		call = w.wait()
 	}
 }
+
+// parkedStack is the stack, in bytes, a waiting worker keeps in use below
+// its wait. The GC then leaves grown stacks of up to 4 × parkedStack
+// (16 KiB) as they are. An idle worker holds 8 KiB of stack at least.
+const parkedStack = 4 << 10
+
+// wait blocks until the worker's next call, or nil when it must exit.
+//
+//go:noinline
+func (w *idleWorker) wait() *serverCall {
+	// Each GC halves the stack of a goroutine using less than a quarter
+	// of it. A worker waiting in a shallow frame lost, at every GC, the
+	// stack its calls had grown, and its next call copied it back
+	// (runtime.copystack). Waiting below this frame keeps it.
+	var floor [parkedStack]byte
+	holdStack(floor[:])
+	// A bare receive: no timer and no select. A select over the work,
+	// an idle timer and the server's context cost CPU, and arming the
+	// timer woke the network poller on every call.
+	return <-w.ch
+}
+
+// holdStack makes the compiler keep b's array in its caller's frame.
+//
+//go:noinline
+func holdStack(b []byte) { b[len(b)-1] = 0 }
 
 // takeIdle pops the most recently idle worker, or returns nil.
 func (s *Server) takeIdle() *idleWorker {

@@ -3,9 +3,14 @@
 package transport
 
 import (
+	"context"
 	"runtime"
+	"runtime/metrics"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/dabbrpc/dabb/protocol"
 )
 
 func (s *Server) idleCount() int {
@@ -79,5 +84,54 @@ func TestCloseStopsIdleWorkers(t *testing.T) {
 	}
 	if w := &(idleWorker{}); ts.srv.putIdle(w) {
 		t.Errorf("putIdle after Close accepted a worker")
+	}
+}
+
+// An idle worker waits below a frame of parkedStack bytes, so that the GC
+// does not halve the stack its calls grew (docs/performance.md, "Server
+// workers"). The stack the GC scans therefore holds that frame for each
+// idle worker. A worker parked in a shallow frame has under 1 KiB scanned.
+func TestIdleWorkersKeepTheirStacks(t *testing.T) {
+	const workers = 64
+	var arrived sync.WaitGroup
+	arrived.Add(workers)
+	h := HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		// Every call holds its worker until all have one, so that as
+		// many workers go idle together.
+		arrived.Done()
+		arrived.Wait()
+		echo(ctx, req, resp)
+	})
+	ts := startServer(t, h, ServerConfig{})
+	p := newPool(t, Config{})
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("x"))
+			if err != nil {
+				errs <- err
+				return
+			}
+			p.Release(resp)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	eventually(t, "every worker idle", func() bool { return ts.srv.idleCount() == workers })
+	runtime.GC()
+	sample := []metrics.Sample{{Name: "/gc/scan/stack:bytes"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		t.Skip("runtime/metrics has no /gc/scan/stack:bytes")
+	}
+	if got, want := sample[0].Value.Uint64(), uint64(workers*parkedStack); got < want {
+		t.Fatalf("the GC scanned %d bytes of stack with %d idle workers, want at least %d: "+
+			"idle workers no longer wait below their stack floor (idleWorker.wait)", got, workers, want)
 	}
 }
