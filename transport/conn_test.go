@@ -326,3 +326,39 @@ func TestForeignPeerNamed(t *testing.T) {
 	}
 	waitNoConns(t, p, "the connection to the foreign peer to close")
 }
+
+// TestForeignRequestFromPeer: a peer that sends a request in a
+// serialization dabb does not have (a Dubbo consumer that dialled a dabb
+// client's connection) is not a dabb server either. The connection
+// closes, and the call pending on it fails as a lost connection whose
+// cause names the serialization.
+func TestForeignRequestFromPeer(t *testing.T) {
+	addr, conns := rawServer(t)
+	p := newPool(t, Config{Serializations: func(id byte) bool { return id == 22 }})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.RoundTrip(testCtx(t), addr, newRequest("hello"))
+		errc <- err
+	}()
+	c := waitFor(t, conns, "the client's connection")
+	var h protocol.Header
+	if _, err := io.ReadFull(c, h[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(io.Discard, c, int64(h.BodyLen())); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte{'N'} // a hessian2 null, as a body the client never decodes
+	var req protocol.Header
+	req.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, protocol.Hessian2), 0, 7)
+	req.SetBodyLen(uint32(len(body)))
+	if _, err := c.Write(append(req[:], body...)); err != nil {
+		t.Fatal(err)
+	}
+	err := waitFor(t, errc, "the call")
+	wantStatus(t, err, protocol.StatusChannelInactive, false, false)
+	if msg := err.Error(); !strings.Contains(msg, "not a dabb server") || !strings.Contains(msg, "hessian2 (id 2)") {
+		t.Fatalf("err = %v; want its cause to say the peer is not a dabb server and name hessian2 (id 2)", err)
+	}
+	waitNoConns(t, p, "the connection to the foreign peer to close")
+}
