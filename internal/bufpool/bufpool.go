@@ -37,6 +37,10 @@ const MaxKept = 256 << 10
 // pools[i] holds buffers whose capacity is at least 1<<(minShift+i).
 var pools [maxShift - minShift + 1]sync.Pool
 
+// boxes holds empty *[]byte, so that Put needs no new one: sync.Pool
+// takes a pointer, and a slice header put as it is would be boxed.
+var boxes = sync.Pool{New: func() any { return new([]byte) }}
+
 // out counts the pooled-range buffers Get handed out minus those Put took.
 var out atomic.Int64
 
@@ -55,7 +59,10 @@ func Get(n int) []byte {
 	shift := bits.Len(uint(n - 1)) // smallest s with 1<<s >= n
 	out.Add(1)
 	if p, ok := pools[shift-minShift].Get().(*[]byte); ok {
-		return (*p)[:n]
+		b := (*p)[:n]
+		*p = nil
+		boxes.Put(p)
+		return b
 	}
 	return make([]byte, n, 1<<shift)
 }
@@ -69,6 +76,7 @@ func Put(b []byte) {
 	}
 	shift := bits.Len(uint(c)) - 1 // largest s with 1<<s <= c
 	out.Add(-1)
-	b = b[:0]
-	pools[shift-minShift].Put(&b)
+	p := boxes.Get().(*[]byte)
+	*p = b[:0]
+	pools[shift-minShift].Put(p)
 }
