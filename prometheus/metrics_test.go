@@ -9,12 +9,12 @@ import (
 	"time"
 
 	prom "github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/codec"
 	"github.com/dabbrpc/dabb/internal/dabbtest"
 	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
+	"github.com/dabbrpc/dabb/internal/promtest"
 	"github.com/dabbrpc/dabb/internal/wait"
 	dabbprom "github.com/dabbrpc/dabb/prometheus"
 	"github.com/dabbrpc/dabb/protocol"
@@ -38,86 +38,17 @@ const (
 
 var quiet = slog.New(slog.DiscardHandler)
 
-// labels is a series' label set.
-type labels map[string]string
-
-// sample is the value a series should have; absent says it should not
-// exist.
-type sample struct {
-	name   string
-	labels labels
-	value  float64
-	absent bool
-}
-
-func gather(t *testing.T, g prom.Gatherer) map[string]*dto.MetricFamily {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	out := make(map[string]*dto.MetricFamily, len(mfs))
-	for _, mf := range mfs {
-		out[mf.GetName()] = mf
-	}
-	return out
-}
-
-// find returns the series of name with exactly the labels want.
-func find(mfs map[string]*dto.MetricFamily, name string, want labels) *dto.Metric {
-	for _, m := range mfs[name].GetMetric() {
-		if len(m.GetLabel()) != len(want) {
-			continue
-		}
-		match := true
-		for _, lp := range m.GetLabel() {
-			if v, ok := want[lp.GetName()]; !ok || v != lp.GetValue() {
-				match = false
-				break
-			}
-		}
-		if match {
-			return m
-		}
-	}
-	return nil
-}
-
-// value is a series' counter or gauge value, or a histogram's count.
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return math.NaN()
-}
-
-func check(t *testing.T, g prom.Gatherer, want []sample) {
-	t.Helper()
-	mfs := gather(t, g)
-	for _, s := range want {
-		m := find(mfs, s.name, s.labels)
-		switch {
-		case s.absent && m != nil:
-			t.Errorf("%s%v exists with value %v, want no such series", s.name, s.labels, value(m))
-		case s.absent:
-		case m == nil:
-			t.Errorf("%s%v: no such series; want %v", s.name, s.labels, s.value)
-		case value(m) != s.value:
-			t.Errorf("%s%v = %v, want %v", s.name, s.labels, value(m), s.value)
-		}
-	}
-}
+// labels is a series' label set; sample the value a series should have.
+type (
+	labels = promtest.Labels
+	sample = promtest.Sample
+)
 
 // gauge reads one series of name, or -1 when there is none.
 func gauge(t *testing.T, g prom.Gatherer, name string, l labels) float64 {
 	t.Helper()
-	if m := find(gather(t, g), name, l); m != nil {
-		return value(m)
+	if m := promtest.Find(promtest.Gather(t, g), name, l); m != nil {
+		return promtest.Value(m)
 	}
 	return -1
 }
@@ -263,22 +194,22 @@ func TestServerMetrics(t *testing.T) {
 	})
 
 	do1 := labels{"service": svc, "method": "Do"}
-	check(t, reg, []sample{
-		{name: calls, labels: labels{"service": svc, "method": "Do", "status": "ok"}, value: oks + 1},
-		{name: calls, labels: labels{"service": svc, "method": "Do", "status": "service error"}, value: 1},
-		{name: calls, labels: labels{"service": svc, "method": "Do", "status": "bad request"}, value: 1},
-		{name: calls, labels: labels{"service": svc, "method": "Nope", "status": "service not found"}, absent: true},
-		{name: durations, labels: do1, value: oks + 3},
-		{name: inFlight, labels: do1, value: 0},
-		{name: rejections, labels: labels{"reason": "auth"}, value: 1},
-		{name: rejections, labels: labels{"reason": "unimplemented"}, value: 1},
-		{name: rejections, labels: labels{"reason": "overload"}, value: 1},
-		{name: rejections, labels: labels{"reason": "budget_spent"}, value: 1},
-		{name: rejections, labels: labels{"reason": "bad_request"}, value: 1},
-		{name: rejections, labels: labels{"reason": "shutdown"}, value: 0},
-		{name: connections, labels: labels{}, value: 1},
+	promtest.Check(t, reg, []sample{
+		{Name: calls, Labels: labels{"service": svc, "method": "Do", "status": "ok"}, Value: oks + 1},
+		{Name: calls, Labels: labels{"service": svc, "method": "Do", "status": "service error"}, Value: 1},
+		{Name: calls, Labels: labels{"service": svc, "method": "Do", "status": "bad request"}, Value: 1},
+		{Name: calls, Labels: labels{"service": svc, "method": "Nope", "status": "service not found"}, Absent: true},
+		{Name: durations, Labels: do1, Value: oks + 3},
+		{Name: inFlight, Labels: do1, Value: 0},
+		{Name: rejections, Labels: labels{"reason": "auth"}, Value: 1},
+		{Name: rejections, Labels: labels{"reason": "unimplemented"}, Value: 1},
+		{Name: rejections, Labels: labels{"reason": "overload"}, Value: 1},
+		{Name: rejections, Labels: labels{"reason": "budget_spent"}, Value: 1},
+		{Name: rejections, Labels: labels{"reason": "bad_request"}, Value: 1},
+		{Name: rejections, Labels: labels{"reason": "shutdown"}, Value: 0},
+		{Name: connections, Labels: labels{}, Value: 1},
 	})
-	if n := len(gather(t, reg)[calls].GetMetric()); n != 3 {
+	if n := len(promtest.Gather(t, reg)[calls].GetMetric()); n != 3 {
 		t.Errorf("%d calls_total series, want 3", n)
 	}
 }
@@ -310,7 +241,7 @@ func TestNewRejectsBadBuckets(t *testing.T) {
 		if _, err := dabbprom.New(reg, dabbprom.WithBuckets(b...)); !errors.Is(err, dabbprom.ErrBadBuckets) {
 			t.Errorf("buckets %v: %v, want ErrBadBuckets", b, err)
 		}
-		if mfs := gather(t, reg); len(mfs) != 0 {
+		if mfs := promtest.Gather(t, reg); len(mfs) != 0 {
 			t.Errorf("buckets %v: a failed New left %d metrics registered", b, len(mfs))
 		}
 	}

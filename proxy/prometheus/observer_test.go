@@ -12,11 +12,11 @@ import (
 	"time"
 
 	prom "github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 	gproto "google.golang.org/protobuf/proto"
 
 	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
+	"github.com/dabbrpc/dabb/internal/promtest"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
 	dabbprom "github.com/dabbrpc/dabb/proxy/prometheus"
@@ -36,81 +36,11 @@ const (
 	breakers    = "dabb_client_breakers"
 )
 
-// labels is a series' label set, written as name/value pairs.
-type labels map[string]string
-
-// sample is the value a series should have; absent says it should not
-// exist.
-type sample struct {
-	name   string
-	labels labels
-	value  float64
-	absent bool
-}
-
-// gather returns the metric families of g by name.
-func gather(t *testing.T, g prom.Gatherer) map[string]*dto.MetricFamily {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	out := make(map[string]*dto.MetricFamily, len(mfs))
-	for _, mf := range mfs {
-		out[mf.GetName()] = mf
-	}
-	return out
-}
-
-// find returns the series of name with exactly the labels want.
-func find(mfs map[string]*dto.MetricFamily, name string, want labels) *dto.Metric {
-	for _, m := range mfs[name].GetMetric() {
-		if len(m.GetLabel()) != len(want) {
-			continue
-		}
-		match := true
-		for _, lp := range m.GetLabel() {
-			if v, ok := want[lp.GetName()]; !ok || v != lp.GetValue() {
-				match = false
-				break
-			}
-		}
-		if match {
-			return m
-		}
-	}
-	return nil
-}
-
-// value is a series' counter or gauge value, or a histogram's count.
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return math.NaN()
-}
-
-func check(t *testing.T, g prom.Gatherer, want []sample) {
-	t.Helper()
-	mfs := gather(t, g)
-	for _, s := range want {
-		m := find(mfs, s.name, s.labels)
-		switch {
-		case s.absent && m != nil:
-			t.Errorf("%s%v exists with value %v, want no such series", s.name, s.labels, value(m))
-		case s.absent:
-		case m == nil:
-			t.Errorf("%s%v: no such series; want %v", s.name, s.labels, s.value)
-		case value(m) != s.value:
-			t.Errorf("%s%v = %v, want %v", s.name, s.labels, value(m), s.value)
-		}
-	}
-}
+// labels is a series' label set; sample the value a series should have.
+type (
+	labels = promtest.Labels
+	sample = promtest.Sample
+)
 
 const (
 	svc   = "test.Svc"
@@ -136,12 +66,12 @@ func TestCounts(t *testing.T) {
 				o.Attempted(svc, "N", addrA, ok, time.Millisecond)
 			},
 			want: []sample{
-				{name: attempts, labels: labels{"service": svc, "method": "M", "instance": addrA, "status": "ok"}, value: 2},
-				{name: attempts, labels: labels{"service": svc, "method": "M", "instance": addrB, "status": "service error"}, value: 1},
-				{name: attempts, labels: labels{"service": svc, "method": "N", "instance": addrA, "status": "ok"}, value: 1},
-				{name: attempts, labels: labels{"service": svc, "method": "M", "instance": addrB, "status": "ok"}, absent: true},
-				{name: durations, labels: labels{"service": svc, "method": "M"}, value: 3},
-				{name: durations, labels: labels{"service": svc, "method": "N"}, value: 1},
+				{Name: attempts, Labels: labels{"service": svc, "method": "M", "instance": addrA, "status": "ok"}, Value: 2},
+				{Name: attempts, Labels: labels{"service": svc, "method": "M", "instance": addrB, "status": "service error"}, Value: 1},
+				{Name: attempts, Labels: labels{"service": svc, "method": "N", "instance": addrA, "status": "ok"}, Value: 1},
+				{Name: attempts, Labels: labels{"service": svc, "method": "M", "instance": addrB, "status": "ok"}, Absent: true},
+				{Name: durations, Labels: labels{"service": svc, "method": "M"}, Value: 3},
+				{Name: durations, Labels: labels{"service": svc, "method": "N"}, Value: 1},
 			},
 		},
 		{
@@ -152,8 +82,8 @@ func TestCounts(t *testing.T) {
 				o.Retried(svc, "M", protocol.StatusChannelInactive)
 			},
 			want: []sample{
-				{name: retries, labels: labels{"service": svc, "method": "M", "reason": "server threadpool exhausted"}, value: 2},
-				{name: retries, labels: labels{"service": svc, "method": "M", "reason": "channel inactive"}, value: 1},
+				{Name: retries, Labels: labels{"service": svc, "method": "M", "reason": "server threadpool exhausted"}, Value: 2},
+				{Name: retries, Labels: labels{"service": svc, "method": "M", "reason": "channel inactive"}, Value: 1},
 			},
 		},
 		{
@@ -167,12 +97,12 @@ func TestCounts(t *testing.T) {
 				o.BreakerChanged(addrB, "half-open", "closed")
 			},
 			want: []sample{
-				{name: state, labels: labels{"instance": addrA}, value: 2},
-				{name: state, labels: labels{"instance": addrB}, value: 0},
-				{name: transitions, labels: labels{"instance": addrA, "to": "open"}, value: 2},
-				{name: transitions, labels: labels{"instance": addrA, "to": "half-open"}, value: 1},
-				{name: transitions, labels: labels{"instance": addrB, "to": "closed"}, value: 1},
-				{name: breakers, labels: labels{"state": "open"}, absent: true},
+				{Name: state, Labels: labels{"instance": addrA}, Value: 2},
+				{Name: state, Labels: labels{"instance": addrB}, Value: 0},
+				{Name: transitions, Labels: labels{"instance": addrA, "to": "open"}, Value: 2},
+				{Name: transitions, Labels: labels{"instance": addrA, "to": "half-open"}, Value: 1},
+				{Name: transitions, Labels: labels{"instance": addrB, "to": "closed"}, Value: 1},
+				{Name: breakers, Labels: labels{"state": "open"}, Absent: true},
 			},
 		},
 		{
@@ -182,8 +112,8 @@ func TestCounts(t *testing.T) {
 				o.BreakerChanged(addrA, "half-open", "unknown state: 7")
 			},
 			want: []sample{
-				{name: state, labels: labels{"instance": addrA}, value: 1},
-				{name: transitions, labels: labels{"instance": addrA, "to": "unknown state: 7"}, value: 1},
+				{Name: state, Labels: labels{"instance": addrA}, Value: 1},
+				{Name: transitions, Labels: labels{"instance": addrA, "to": "unknown state: 7"}, Value: 1},
 			},
 		},
 		{
@@ -201,16 +131,16 @@ func TestCounts(t *testing.T) {
 				o.BreakerChanged("10.0.0.3:20880", "half-open", "closed")
 			},
 			want: []sample{
-				{name: attempts, labels: labels{"service": svc, "method": "M", "status": "ok"}, value: 2},
-				{name: attempts, labels: labels{"service": svc, "method": "M", "status": "server threadpool exhausted"}, value: 1},
-				{name: attempts, labels: labels{"service": svc, "method": "M", "instance": addrA, "status": "ok"}, absent: true},
-				{name: durations, labels: labels{"service": svc, "method": "M"}, value: 3},
-				{name: transitions, labels: labels{"to": "open"}, value: 3},
-				{name: transitions, labels: labels{"to": "half-open"}, value: 2},
-				{name: transitions, labels: labels{"to": "closed"}, value: 1},
-				{name: breakers, labels: labels{"state": "open"}, value: 1},
-				{name: breakers, labels: labels{"state": "half-open"}, value: 1},
-				{name: state, labels: labels{"instance": addrA}, absent: true},
+				{Name: attempts, Labels: labels{"service": svc, "method": "M", "status": "ok"}, Value: 2},
+				{Name: attempts, Labels: labels{"service": svc, "method": "M", "status": "server threadpool exhausted"}, Value: 1},
+				{Name: attempts, Labels: labels{"service": svc, "method": "M", "instance": addrA, "status": "ok"}, Absent: true},
+				{Name: durations, Labels: labels{"service": svc, "method": "M"}, Value: 3},
+				{Name: transitions, Labels: labels{"to": "open"}, Value: 3},
+				{Name: transitions, Labels: labels{"to": "half-open"}, Value: 2},
+				{Name: transitions, Labels: labels{"to": "closed"}, Value: 1},
+				{Name: breakers, Labels: labels{"state": "open"}, Value: 1},
+				{Name: breakers, Labels: labels{"state": "half-open"}, Value: 1},
+				{Name: state, Labels: labels{"instance": addrA}, Absent: true},
 			},
 		},
 		{
@@ -221,9 +151,9 @@ func TestCounts(t *testing.T) {
 				o.BreakerChanged("\xff", "closed", "open")
 			},
 			want: []sample{
-				{name: attempts, labels: labels{"service": "bad\uFFFDsvc", "method": "M\uFFFD", "instance": "\uFFFD", "status": "ok"}, value: 1},
-				{name: retries, labels: labels{"service": "bad\uFFFDsvc", "method": "M\uFFFD", "reason": "server threadpool exhausted"}, value: 1},
-				{name: state, labels: labels{"instance": "\uFFFD"}, value: 2},
+				{Name: attempts, Labels: labels{"service": "bad\uFFFDsvc", "method": "M\uFFFD", "instance": "\uFFFD", "status": "ok"}, Value: 1},
+				{Name: retries, Labels: labels{"service": "bad\uFFFDsvc", "method": "M\uFFFD", "reason": "server threadpool exhausted"}, Value: 1},
+				{Name: state, Labels: labels{"instance": "\uFFFD"}, Value: 2},
 			},
 		},
 	}
@@ -235,7 +165,7 @@ func TestCounts(t *testing.T) {
 				t.Fatal(err)
 			}
 			tt.do(o)
-			check(t, reg, tt.want)
+			promtest.Check(t, reg, tt.want)
 		})
 	}
 }
@@ -262,7 +192,7 @@ func TestHistogramBuckets(t *testing.T) {
 				t.Fatal(err)
 			}
 			o.Attempted(svc, "M", addrA, ok, tt.latency)
-			m := find(gather(t, reg), durations, labels{"service": svc, "method": "M"})
+			m := promtest.Find(promtest.Gather(t, reg), durations, labels{"service": svc, "method": "M"})
 			if m == nil {
 				t.Fatal("no histogram series")
 			}
@@ -306,7 +236,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 			if !errors.Is(err, dabbprom.ErrBadBuckets) {
 				t.Fatalf("New = %v, %v; want ErrBadBuckets", o, err)
 			}
-			if mfs := gather(t, reg); len(mfs) != 0 {
+			if mfs := promtest.Gather(t, reg); len(mfs) != 0 {
 				t.Errorf("a failed New left %d metrics registered", len(mfs))
 			}
 		})
@@ -378,7 +308,7 @@ func TestNilRegistererMeansDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.Attempted(svc, "M", addrA, ok, time.Millisecond)
-	check(t, reg, []sample{{name: attempts, labels: labels{"service": svc, "method": "M", "instance": addrA, "status": "ok"}, value: 1}})
+	promtest.Check(t, reg, []sample{{Name: attempts, Labels: labels{"service": svc, "method": "M", "instance": addrA, "status": "ok"}, Value: 1}})
 }
 
 func TestObserversOnWrappedRegisterers(t *testing.T) {
@@ -394,9 +324,9 @@ func TestObserversOnWrappedRegisterers(t *testing.T) {
 	obs[0].Attempted(svc, "M", addrA, ok, time.Millisecond)
 	obs[1].Attempted(svc, "M", addrA, ok, time.Millisecond)
 	obs[1].Attempted(svc, "M", addrA, ok, time.Millisecond)
-	check(t, reg, []sample{
-		{name: attempts, labels: labels{"client": "orders", "service": svc, "method": "M", "instance": addrA, "status": "ok"}, value: 1},
-		{name: attempts, labels: labels{"client": "billing", "service": svc, "method": "M", "instance": addrA, "status": "ok"}, value: 2},
+	promtest.Check(t, reg, []sample{
+		{Name: attempts, Labels: labels{"client": "orders", "service": svc, "method": "M", "instance": addrA, "status": "ok"}, Value: 1},
+		{Name: attempts, Labels: labels{"client": "billing", "service": svc, "method": "M", "instance": addrA, "status": "ok"}, Value: 2},
 	})
 }
 
@@ -435,23 +365,23 @@ func TestConcurrentUse(t *testing.T) {
 			}
 			// Gather while the workers run: collection must be safe too.
 			for range 5 {
-				gather(t, reg)
+				promtest.Gather(t, reg)
 			}
 			wg.Wait()
 
-			mfs := gather(t, reg)
+			mfs := promtest.Gather(t, reg)
 			var total, hist, retried, opened float64
 			for _, m := range mfs[attempts].GetMetric() {
-				total += value(m)
+				total += promtest.Value(m)
 			}
 			for _, m := range mfs[durations].GetMetric() {
-				hist += value(m)
+				hist += promtest.Value(m)
 			}
 			for _, m := range mfs[retries].GetMetric() {
-				retried += value(m)
+				retried += promtest.Value(m)
 			}
 			for _, m := range mfs[transitions].GetMetric() {
-				opened += value(m)
+				opened += promtest.Value(m)
 			}
 			want := float64(workers * rounds)
 			if total != want || hist != want || retried != want {
@@ -461,9 +391,9 @@ func TestConcurrentUse(t *testing.T) {
 				t.Errorf("%v transitions, want %v", opened, wantTr)
 			}
 			if noInstance {
-				check(t, reg, []sample{
-					{name: breakers, labels: labels{"state": "half-open"}, value: workers},
-					{name: breakers, labels: labels{"state": "open"}, value: 0},
+				promtest.Check(t, reg, []sample{
+					{Name: breakers, Labels: labels{"state": "half-open"}, Value: workers},
+					{Name: breakers, Labels: labels{"state": "open"}, Value: 0},
 				})
 			} else if n := len(mfs[state].GetMetric()); n != workers {
 				t.Errorf("%d breaker_state series, want %d", n, workers)
@@ -564,12 +494,12 @@ func TestEndToEnd(t *testing.T) {
 	if !errors.Is(err, proxy.ErrServiceError) {
 		t.Fatalf("Fail = %v, want a service error", err)
 	}
-	check(t, reg, []sample{
-		{name: attempts, labels: labels{"service": svc, "method": "M", "instance": addr, "status": "ok"}, value: calls},
-		{name: attempts, labels: labels{"service": svc, "method": "Fail", "instance": addr, "status": "service error"}, value: 1},
-		{name: durations, labels: labels{"service": svc, "method": "M"}, value: calls},
-		{name: durations, labels: labels{"service": svc, "method": "Fail"}, value: 1},
-		{name: retries, labels: labels{"service": svc, "method": "Fail", "reason": "service error"}, absent: true},
+	promtest.Check(t, reg, []sample{
+		{Name: attempts, Labels: labels{"service": svc, "method": "M", "instance": addr, "status": "ok"}, Value: calls},
+		{Name: attempts, Labels: labels{"service": svc, "method": "Fail", "instance": addr, "status": "service error"}, Value: 1},
+		{Name: durations, Labels: labels{"service": svc, "method": "M"}, Value: calls},
+		{Name: durations, Labels: labels{"service": svc, "method": "Fail"}, Value: 1},
+		{Name: retries, Labels: labels{"service": svc, "method": "Fail", "reason": "service error"}, Absent: true},
 	})
 }
 
@@ -603,14 +533,14 @@ func TestEndToEndRetryAndBreaker(t *testing.T) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	check(t, reg, []sample{
-		{name: attempts, labels: labels{"service": svc, "method": "M", "instance": good, "status": "ok"}, value: calls},
-		{name: attempts, labels: labels{"service": svc, "method": "M", "instance": bad, "status": "channel inactive"}, value: 1},
-		{name: durations, labels: labels{"service": svc, "method": "M"}, value: calls + 1},
-		{name: retries, labels: labels{"service": svc, "method": "M", "reason": "channel inactive"}, value: 1},
-		{name: state, labels: labels{"instance": bad}, value: 2},
-		{name: transitions, labels: labels{"instance": bad, "to": "open"}, value: 1},
-		{name: state, labels: labels{"instance": good}, absent: true},
+	promtest.Check(t, reg, []sample{
+		{Name: attempts, Labels: labels{"service": svc, "method": "M", "instance": good, "status": "ok"}, Value: calls},
+		{Name: attempts, Labels: labels{"service": svc, "method": "M", "instance": bad, "status": "channel inactive"}, Value: 1},
+		{Name: durations, Labels: labels{"service": svc, "method": "M"}, Value: calls + 1},
+		{Name: retries, Labels: labels{"service": svc, "method": "M", "reason": "channel inactive"}, Value: 1},
+		{Name: state, Labels: labels{"instance": bad}, Value: 2},
+		{Name: transitions, Labels: labels{"instance": bad, "to": "open"}, Value: 1},
+		{Name: state, Labels: labels{"instance": good}, Absent: true},
 	})
 }
 
