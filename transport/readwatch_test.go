@@ -8,8 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,5 +162,57 @@ func TestMaxConns(t *testing.T) {
 	heartbeat(t, c, protocol.NewReader(bufio.NewReader(c), 0), 1)
 	for _, c := range held[1:] {
 		heartbeat(t, c, protocol.NewReader(bufio.NewReader(c), 0), 2)
+	}
+}
+
+// MaxConns holds over all of a server's listeners: of connections racing
+// in through two of them, MaxConns are served and the others closed.
+func TestMaxConnsOverListeners(t *testing.T) {
+	const limit, dials = 4, 40
+	srv := NewServer(echo, ServerConfig{MaxConns: limit, Logger: quietLogger()})
+	var addrs []string
+	served := make(chan error, 2)
+	for range 2 {
+		l := listen(t)
+		addrs = append(addrs, l.Addr().String())
+		go func() { served <- srv.Serve(l) }()
+	}
+	t.Cleanup(func() {
+		_ = srv.Close()
+		for range 2 {
+			if err := waitFor(t, served, "Serve to return"); !errors.Is(err, ErrServerClosed) {
+				t.Errorf("Serve returned %v, want ErrServerClosed", err)
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	var held atomic.Int32
+	for i := range dials {
+		c := dialRaw(t, addrs[i%2])
+		wg.Go(func() {
+			// A served connection answers a heartbeat; a refused one is
+			// closed before it reads it.
+			if _, err := c.Write(protocol.AppendHeartbeat(nil, 1)); err != nil {
+				return
+			}
+			_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+			m := new(protocol.Message)
+			err := protocol.NewReader(bufio.NewReader(c), 0).Read(m)
+			switch {
+			case err == nil && m.IsHeartbeatResponse():
+				held.Add(1)
+			case err == nil:
+				t.Errorf("connection %d: got a frame that is no heartbeat response", i)
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				t.Errorf("connection %d: neither answered nor closed within %v", i, defaultTestTimeout)
+			}
+		})
+	}
+	wg.Wait()
+	if n := held.Load(); n != limit {
+		t.Errorf("%d connections served, want MaxConns (%d)", n, limit)
+	}
+	if n := srv.nconns.Load(); n != limit {
+		t.Errorf("the server counts %d connections, want %d", n, limit)
 	}
 }

@@ -184,7 +184,8 @@ type Server struct {
 	// received.
 	bodies *semaphore.Weighted
 
-	// nconns counts the tracked connections, for MaxConns.
+	// nconns counts the places of MaxConns taken: the tracked
+	// connections and those accepted that track has not yet taken.
 	nconns atomic.Int64
 	// refusedLog is when a connection over MaxConns was last logged, in
 	// Unix nanoseconds.
@@ -368,6 +369,7 @@ func (s *Server) Serve(l net.Listener) error {
 			// one from the queue, unless the server is closed for good.
 			sc.drained = true
 			if !s.track(sc) {
+				s.unplace()
 				_ = nc.Close()
 				return ErrServerClosed
 			}
@@ -425,6 +427,7 @@ func (s *Server) drainQueue(l net.Listener, st *listenerState) {
 		sc := newServerConn(s, nc)
 		sc.drained = true
 		if !s.track(sc) {
+			s.unplace()
 			_ = nc.Close()
 			return
 		}
@@ -442,13 +445,16 @@ func (s *Server) endDrain(st *listenerState) {
 	}
 }
 
-// full closes nc and reports true when the server holds MaxConns
-// connections already.
+// full takes one of the MaxConns places for nc, or closes nc and reports
+// true when the server holds MaxConns connections already. forget gives
+// the place back, and so does unplace for a connection track refused.
 func (s *Server) full(nc net.Conn) bool {
-	n := s.nconns.Load()
-	if n < int64(s.cfg.MaxConns) {
+	// The place is taken before the check: two listeners accepting at
+	// once must not both see the last one free.
+	if s.nconns.Add(1) <= int64(s.cfg.MaxConns) {
 		return false
 	}
+	s.nconns.Add(-1)
 	_ = nc.Close()
 	now := time.Now().UnixNano()
 	// One line a second at most: a flood of connections must not become
@@ -470,7 +476,6 @@ func (s *Server) track(sc *serverConn) bool {
 		return false
 	}
 	s.conns[sc] = struct{}{}
-	s.nconns.Add(1)
 	s.wg.Add(1)
 	s.mu.Unlock()
 	if o := s.cfg.Observer; o != nil {
@@ -478,6 +483,10 @@ func (s *Server) track(sc *serverConn) bool {
 	}
 	return true
 }
+
+// unplace gives back the place full took for a connection that track
+// refused.
+func (s *Server) unplace() { s.nconns.Add(-1) }
 
 // forget removes a closed connection.
 func (s *Server) forget(sc *serverConn) {
