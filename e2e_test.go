@@ -422,7 +422,8 @@ func TestSlowInstanceAvoided(t *testing.T) {
 	}
 	d := loadDuration()
 	slow := probes[2]
-	slow.delay.Store(int64(200 * time.Millisecond))
+	const slowDelay = 200 * time.Millisecond
+	slow.delay.Store(int64(slowDelay))
 	start := time.Now()
 	var (
 		mu        sync.Mutex
@@ -465,8 +466,10 @@ func TestSlowInstanceAvoided(t *testing.T) {
 	if share > 0.10 {
 		t.Errorf("the slow instance took %.1f%% of the calls, want at most 10%%", 100*share)
 	}
-	if p99 > 50*time.Millisecond {
-		t.Errorf("p99 %v, want under 50ms", p99)
+	// Under a quarter of the slow instance's delay: the p99 call did not
+	// wait for it.
+	if p99 > slowDelay/4 {
+		t.Errorf("p99 %v, want under %v, a quarter of the slow instance's delay", p99, slowDelay/4)
 	}
 }
 
