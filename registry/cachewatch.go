@@ -108,7 +108,12 @@ func (c *Cache) store(e *cacheEntry, set []Instance) *cacheState {
 			snapshot: prev.snapshot, stale: prev.snapshot})
 		return nil
 	}
-	ins := SortedCopy(set)
+	// A watcher returns its set sorted by ID and the set is the cache's to
+	// keep: a copy only for a watcher that breaks that order.
+	ins := set
+	if !sortedByID(ins) {
+		ins = SortedCopy(set)
+	}
 	if ins == nil {
 		ins = []Instance{}
 	}
