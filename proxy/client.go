@@ -237,17 +237,7 @@ func (c *Client) service(ctx context.Context, name string, deadline time.Time) (
 		return nil, err
 	}
 	st.bal = bal
-	unsub, err := c.cache.Subscribe(name, func(ins []registry.Instance) {
-		c.noteTLSNames(ins) // before the balancer may pick a new instance
-		addrs := make([]string, len(ins))
-		for i := range ins {
-			addrs[i] = ins[i].Addr
-		}
-		st.addrs.Store(&addrs)
-		c.breakers.gen.Add(1) // the panic verdict is over the new list
-		bal.Update(ins)
-		c.listed(name, ins)
-	})
+	unsub, err := c.cache.Subscribe(name, func(ins []registry.Instance) { c.onList(name, st, ins) })
 	if err != nil {
 		return nil, err
 	}
@@ -259,6 +249,19 @@ func (c *Client) service(ctx context.Context, name string, deadline time.Time) (
 	next[name] = st
 	c.services.Store(&next)
 	return st, nil
+}
+
+// onList takes a new list of the instances of service, whose state is st.
+func (c *Client) onList(service string, st *serviceState, ins []registry.Instance) {
+	c.noteTLSNames(ins) // before the balancer may pick a new instance
+	addrs := make([]string, len(ins))
+	for i := range ins {
+		addrs[i] = ins[i].Addr
+	}
+	st.addrs.Store(&addrs)
+	c.breakers.gen.Add(1) // the panic verdict is over the new list
+	st.bal.Update(ins)
+	c.listed(service, ins)
 }
 
 // listed records the addresses service lists now. It forgets the

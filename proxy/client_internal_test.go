@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 
+	"github.com/dabbrpc/dabb/balancer"
 	"github.com/dabbrpc/dabb/registry"
 	"github.com/dabbrpc/dabb/registry/static"
 )
@@ -44,5 +47,36 @@ func TestAddressesLeavingEveryListAreForgotten(t *testing.T) {
 	c.listed("s1", nil)
 	if has(b) {
 		t.Error("kept after the last service stopped listing it")
+	}
+}
+
+// BenchmarkListChange measures what the client does with a new list of a
+// service's instances: 5,000 of them, one coming or going each time, as
+// the registry cache delivers them.
+func BenchmarkListChange(b *testing.B) {
+	c, err := NewClient(static.New(), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	bal, err := balancer.New("", balancer.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := &serviceState{bal: bal}
+	full := make([]registry.Instance, 5001)
+	for i := range full {
+		full[i] = registry.Instance{Service: "s", ID: fmt.Sprintf("i%05d", i), Addr: fmt.Sprintf("10.0.%d.%d:20880", i/250, i%250+1),
+			Metadata: map[string]string{"zone": "z1"}}
+	}
+	fewer := slices.Delete(slices.Clone(full), 2500, 2501)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if i++; i%2 == 0 {
+			c.onList("s", st, full)
+		} else {
+			c.onList("s", st, fewer)
+		}
 	}
 }
