@@ -80,3 +80,52 @@ func BenchmarkListChange(b *testing.B) {
 		}
 	}
 }
+
+// TestListChangesFollowAddresses: across sorted lists (compared side by
+// side) and unsorted ones, an address is listed while an instance of the
+// service is at it, and the TLS name of an instance whose Metadata
+// changed is noted.
+func TestListChangesFollowAddresses(t *testing.T) {
+	c, err := NewClient(static.New(), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bal, err := balancer.New("", balancer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &serviceState{bal: bal}
+	const x, y, z = "10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"
+	a, b, d := registry.Instance{ID: "a", Addr: x}, registry.Instance{ID: "b", Addr: x}, registry.Instance{ID: "d", Addr: y}
+	bz := b
+	bz.Addr = z
+	dn := d
+	dn.Metadata = map[string]string{MetadataTLSServerName: "d.example"}
+	steps := []struct {
+		what   string
+		list   []registry.Instance
+		listed []string
+	}{
+		{"first", []registry.Instance{a, b, d}, []string{x, y}},
+		{"a gone, x still b's", []registry.Instance{b, d}, []string{x, y}},
+		{"b moved to z", []registry.Instance{bz, d}, []string{y, z}},
+		{"unsorted", []registry.Instance{d, bz, a}, []string{x, y, z}},
+		{"sorted again, d retagged", []registry.Instance{a, dn}, []string{x, y}},
+		{"empty", nil, nil},
+	}
+	for _, s := range steps {
+		c.onList("s", st, s.list)
+		for _, addr := range []string{x, y, z} {
+			if got, want := c.lists("s", addr), slices.Contains(s.listed, addr); got != want {
+				t.Fatalf("%s: lists(%s) = %v, want %v", s.what, addr, got, want)
+			}
+		}
+		if s.what == "sorted again, d retagged" && c.serverName(nil)(y) != "d.example" {
+			t.Fatalf("%s: TLS name of %s = %q", s.what, y, c.serverName(nil)(y))
+		}
+	}
+	if len(c.addrs["s"].addrs) != 0 || c.serverName(nil)(y) != "" {
+		t.Fatalf("after the empty list: addresses %v, TLS name of %s %q", c.addrs["s"].addrs, y, c.serverName(nil)(y))
+	}
+}
