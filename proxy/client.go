@@ -281,6 +281,7 @@ type listDiff struct {
 	came     []registry.Instance
 	went     []string // addresses, once per instance
 	retagged []registry.Instance
+	sorted   bool // the new list is strictly sorted by ID
 }
 
 // diff compares the list of service with ins.
@@ -288,8 +289,9 @@ func (c *Client) diff(service string, ins []registry.Instance) listDiff {
 	c.addrMu.Lock()
 	l := c.addrs[service]
 	c.addrMu.Unlock()
-	if l == nil || !l.sorted || !registry.SortedByID(ins) {
-		d := listDiff{came: ins}
+	sorted := registry.SortedByID(ins)
+	if l == nil || !l.sorted || !sorted {
+		d := listDiff{came: ins, sorted: sorted}
 		if l != nil {
 			for _, in := range l.ins {
 				d.went = append(d.went, in.Addr)
@@ -299,7 +301,7 @@ func (c *Client) diff(service string, ins []registry.Instance) listDiff {
 	}
 	// Side by side. The strings and maps of an instance that stayed are
 	// those of the old list: == stops at their pointers.
-	var d listDiff
+	d := listDiff{sorted: true}
 	old, i := l.ins, 0
 	for j := range ins {
 		in := &ins[j]
@@ -351,7 +353,7 @@ func (c *Client) apply(service string, ins []registry.Instance, d listDiff) {
 		l = &listing{addrs: make(map[string]int)}
 		c.addrs[service] = l
 	}
-	l.ins, l.sorted = ins, registry.SortedByID(ins)
+	l.ins, l.sorted = ins, d.sorted
 	for _, in := range d.came {
 		l.addrs[in.Addr]++
 	}
