@@ -254,8 +254,8 @@ func (c *Client) service(ctx context.Context, name string, deadline time.Time) (
 }
 
 // onList takes a new list of the instances of service, whose state is st.
-// A list sorted by ID as the cache delivers it costs the instances that
-// came, went or changed, plus shallow copies.
+// A list sorted by ID, as the cache delivers it, costs the instances that
+// came, went or changed, and one pass of mostly pointer comparisons.
 func (c *Client) onList(service string, st *serviceState, ins []registry.Instance) {
 	d := c.diff(service, ins)
 	c.noteTLSNames(d.came) // before the balancer may pick a new instance

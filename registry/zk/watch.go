@@ -98,7 +98,7 @@ type watcher struct {
 
 	mu sync.Mutex // guards following
 	// cur is the set load read last, sorted by ID; it is never changed,
-	// only replaced. curVersion is its load version (see list).
+	// only replaced. curVersion is its version (see version below).
 	cur         []registry.Instance
 	curVersion  uint64
 	synced      bool          // cur was read since the last outage
@@ -373,7 +373,8 @@ func (w *watcher) update(conn *zk.Conn, children []string, stat *zk.Stat, prev m
 	return list, nil
 }
 
-// listChange is an instance new to the list (in set) or gone from it.
+// listChange is an instance new to the list (in set) or gone from it (in
+// nil).
 type listChange struct {
 	id string
 	in *registry.Instance
