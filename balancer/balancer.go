@@ -225,23 +225,93 @@ func (b *balancer) Update(list []registry.Instance) {
 	}
 	p.init()
 	if b.states != nil {
-		p.states = make([]*state, len(p.ins))
-		next := make(map[stateKey]*state, len(p.ins))
-		for i := range p.ins {
-			k := stateKey{p.ins[i].ID, p.ins[i].Addr}
-			st := next[k]
-			if st == nil {
-				st = b.states[k]
-			}
-			if st == nil {
-				st = b.newState()
-			}
-			next[k] = st
-			p.states[i] = st
+		p.sorted = sortedByKey(p.ins)
+		if old := b.cur.Load(); old != nil && old.sorted && p.sorted {
+			b.mergeStates(p, old)
+		} else {
+			b.mapStates(p)
 		}
-		b.states = next
 	}
 	b.cur.Store(p)
+}
+
+// mapStates gives p the states of its instances, found in b.states by
+// key, and makes b.states hold those keys alone.
+func (b *balancer) mapStates(p *picker) {
+	p.states = make([]*state, len(p.ins))
+	next := make(map[stateKey]*state, len(p.ins))
+	for i := range p.ins {
+		k := stateKey{p.ins[i].ID, p.ins[i].Addr}
+		st := next[k]
+		if st == nil {
+			st = b.states[k]
+		}
+		if st == nil {
+			st = b.newState()
+		}
+		next[k] = st
+		p.states[i] = st
+	}
+	b.states = next
+}
+
+// mergeStates is mapStates for p and old both sorted by key: side by side,
+// it takes the states of the instances that stay from old and touches
+// b.states only for the keys added or removed.
+func (b *balancer) mergeStates(p, old *picker) {
+	p.states = make([]*state, len(p.ins))
+	i := 0 // in old.ins
+	for j := range p.ins {
+		in := &p.ins[j]
+		if j > 0 && sameKey(&p.ins[j-1], in) {
+			p.states[j] = p.states[j-1] // duplicates share a state
+			continue
+		}
+		// Equal strings are mostly the same strings, shared by the lists
+		// the registry delivers: == ends at their pointers.
+		found := false
+		for i < len(old.ins) {
+			if found = sameKey(&old.ins[i], in); found || compareKey(&old.ins[i], in) > 0 {
+				break
+			}
+			delete(b.states, stateKey{old.ins[i].ID, old.ins[i].Addr}) // gone
+			i++
+		}
+		if found {
+			p.states[j] = old.states[i]
+			for i++; i < len(old.ins) && sameKey(&old.ins[i], in); i++ {
+			}
+			continue
+		}
+		st := b.newState()
+		b.states[stateKey{in.ID, in.Addr}] = st
+		p.states[j] = st
+	}
+	for ; i < len(old.ins); i++ {
+		delete(b.states, stateKey{old.ins[i].ID, old.ins[i].Addr})
+	}
+}
+
+// sameKey reports whether a and b have the same ID and Addr.
+func sameKey(a, b *registry.Instance) bool { return a.ID == b.ID && a.Addr == b.Addr }
+
+// compareKey orders instances by ID, then Addr.
+func compareKey(a, b *registry.Instance) int {
+	if c := strings.Compare(a.ID, b.ID); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Addr, b.Addr)
+}
+
+// sortedByKey reports whether list is sorted by ID, then Addr, as the
+// registry cache delivers it; equal keys may repeat.
+func sortedByKey(list []registry.Instance) bool {
+	for i := 1; i < len(list); i++ {
+		if compareKey(&list[i-1], &list[i]) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (b *balancer) newState() *state {
@@ -308,6 +378,7 @@ type picker struct {
 	ins     []registry.Instance
 	weights []uint64
 	states  []*state // least active and p2c
+	sorted  bool     // ins is sorted by ID, then Addr; least active and p2c
 	cum     []uint64 // prefix sums of weights
 	total   uint64
 	uniform bool // all weights equal

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -478,6 +479,69 @@ func TestMostUnavailable(t *testing.T) {
 				if in := pick(t, b, keyFor(name, k), time.Millisecond); in.ID != "i77" {
 					t.Fatalf("pick %d chose unavailable %s", k, in.ID)
 				}
+			}
+		})
+	}
+}
+
+// TestUpdateMergesStates: an Update of a list sorted by ID and Addr after
+// one that was sorted takes the states of the instances that stay, shares
+// one state among duplicates, gives a new one to each new key and forgets
+// the keys gone; unsorted lists take the map path to the same result.
+func TestUpdateMergesStates(t *testing.T) {
+	for _, name := range []string{LeastActive, P2C} {
+		t.Run(name, func(t *testing.T) {
+			b := newSeeded(t, name, Config{}, 5, &clock{})
+			ins := registry.SortedCopy(list(6)) // i0 … i5
+			moved := ins[3]
+			moved.Addr = "10.9.9.9:1" // i3 at another address: another key
+			steps := []struct {
+				what   string
+				list   []registry.Instance
+				sorted bool
+			}{
+				{"first", ins[:5], true},
+				{"one gone, one new", []registry.Instance{ins[0], ins[1], ins[3], ins[4], ins[5]}, true},
+				{"duplicates", []registry.Instance{ins[0], ins[1], ins[1], ins[3], moved, ins[4], ins[5], ins[5]}, true},
+				{"duplicates gone, first and last gone", []registry.Instance{ins[1], ins[3], moved, ins[4]}, true},
+				{"unsorted", []registry.Instance{ins[4], ins[0], moved, ins[1]}, false},
+				{"sorted after unsorted", []registry.Instance{ins[0], ins[1], ins[2], moved}, true},
+				{"empty", nil, true},
+				{"after empty", ins[:2], true},
+			}
+			prev := map[stateKey]*state{}
+			for _, s := range steps {
+				b.Update(s.list)
+				p := b.cur.Load()
+				if p.sorted != s.sorted {
+					t.Fatalf("%s: sorted = %v, want %v", s.what, p.sorted, s.sorted)
+				}
+				want := map[stateKey]*state{}
+				for i, in := range p.ins {
+					k := stateKey{in.ID, in.Addr}
+					st := p.states[i]
+					if st == nil {
+						t.Fatalf("%s: no state for %v", s.what, k)
+					}
+					if w, ok := want[k]; ok && w != st {
+						t.Fatalf("%s: duplicates of %v have two states", s.what, k)
+					}
+					if old, ok := prev[k]; ok && old != st {
+						t.Fatalf("%s: %v stayed but got a new state", s.what, k)
+					}
+					if _, ok := prev[k]; !ok {
+						for ok2, old := range prev {
+							if old == st {
+								t.Fatalf("%s: new %v got the state of %v", s.what, k, ok2)
+							}
+						}
+					}
+					want[k] = st
+				}
+				if !maps.Equal(b.states, want) {
+					t.Fatalf("%s: states hold %d keys, want the %d of the list: %v", s.what, len(b.states), len(want), b.states)
+				}
+				prev = want
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package balancer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -120,6 +121,28 @@ func BenchmarkUpdate(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				bal.Update(ins)
+			}
+		})
+	}
+}
+
+// BenchmarkUpdateOneChange measures an Update of a list of 5,000 sorted
+// instances in which one instance came or went since the last one, as
+// registry watches deliver them.
+func BenchmarkUpdateOneChange(b *testing.B) {
+	for _, name := range []string{P2C, LeastActive, RoundRobin} {
+		b.Run(name, func(b *testing.B) {
+			bal := newDefault(b, name, Config{})
+			full := registry.SortedCopy(list(5001))
+			fewer := slices.Delete(slices.Clone(full), 2500, 2501)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if i++; i%2 == 0 {
+					bal.Update(full)
+				} else {
+					bal.Update(fewer)
+				}
 			}
 		})
 	}

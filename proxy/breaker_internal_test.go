@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dabbrpc/dabb/protocol"
+	"github.com/dabbrpc/dabb/registry"
 	"github.com/dabbrpc/dabb/transport"
 )
 
@@ -111,7 +112,11 @@ func TestPanicThreshold(t *testing.T) {
 			}
 			defer c.Close()
 			st := &serviceState{}
-			st.addrs.Store(&addrs)
+			ins := make([]registry.Instance, len(addrs))
+			for i, a := range addrs {
+				ins[i] = registry.Instance{ID: a, Addr: a}
+			}
+			st.ins.Store(&ins)
 			for _, a := range addrs[:tt.tripped] {
 				c.breakers.get(a).tripped.Store(true)
 				c.breakers.gen.Add(1) // as OnStateChange does

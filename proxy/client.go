@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -46,9 +47,9 @@ type Client struct {
 	svcMu    sync.Mutex                               // serialises creation of services
 	services atomic.Pointer[map[string]*serviceState] // copy on write
 
-	addrMu   sync.Mutex                     // guards addrs and tlsNames
-	addrs    map[string]map[string]struct{} // service: the addresses it lists now
-	tlsNames map[string]string              // address: its MetadataTLSServerName value
+	addrMu   sync.Mutex          // guards addrs and tlsNames
+	addrs    map[string]*listing // service: what it lists now
+	tlsNames map[string]string   // address: its MetadataTLSServerName value
 
 	keyPrefix string        // random, per client: idempotency keys
 	keySeq    atomic.Uint64 // idempotency key counter
@@ -199,7 +200,8 @@ func (c *Client) Suspect(service string) bool { return c.cache.Suspect(service) 
 type serviceState struct {
 	bal   balancer.Balancer
 	unsub func()
-	addrs atomic.Pointer[[]string] // the addresses listed now
+	// ins is the list now, the cache's: read-only.
+	ins atomic.Pointer[[]registry.Instance]
 	// panic memoises panicking: breakers.gen<<1, plus 1 when panicking.
 	panic atomic.Uint64
 }
@@ -237,17 +239,7 @@ func (c *Client) service(ctx context.Context, name string, deadline time.Time) (
 		return nil, err
 	}
 	st.bal = bal
-	unsub, err := c.cache.Subscribe(name, func(ins []registry.Instance) {
-		c.noteTLSNames(ins) // before the balancer may pick a new instance
-		addrs := make([]string, len(ins))
-		for i := range ins {
-			addrs[i] = ins[i].Addr
-		}
-		st.addrs.Store(&addrs)
-		c.breakers.gen.Add(1) // the panic verdict is over the new list
-		bal.Update(ins)
-		c.listed(name, ins)
-	})
+	unsub, err := c.cache.Subscribe(name, func(ins []registry.Instance) { c.onList(name, st, ins) })
 	if err != nil {
 		return nil, err
 	}
@@ -261,26 +253,115 @@ func (c *Client) service(ctx context.Context, name string, deadline time.Time) (
 	return st, nil
 }
 
-// listed records the addresses service lists now. It forgets the
-// connections and breakers of addresses no service lists any more.
-// Otherwise instances that come and go at new addresses (containers) would
-// leave one of each behind for the life of the client.
-func (c *Client) listed(service string, ins []registry.Instance) {
-	now := make(map[string]struct{}, len(ins))
-	for _, in := range ins {
-		now[in.Addr] = struct{}{}
+// onList takes a new list of the instances of service, whose state is st.
+// A list sorted by ID, as the cache delivers it, costs the instances that
+// came, went or changed, and one pass of mostly pointer comparisons.
+func (c *Client) onList(service string, st *serviceState, ins []registry.Instance) {
+	d := c.diff(service, ins)
+	c.noteTLSNames(d.came) // before the balancer may pick a new instance
+	c.noteTLSNames(d.retagged)
+	st.ins.Store(&ins)
+	c.breakers.gen.Add(1) // the panic verdict is over the new list
+	st.bal.Update(ins)
+	c.apply(service, ins, d)
+}
+
+// listing is what a service lists now: its instances, and how many of
+// them are at each address.
+type listing struct {
+	ins    []registry.Instance
+	sorted bool // ins is strictly sorted by ID
+	addrs  map[string]int
+}
+
+// listDiff is what changed between a service's listing and a new list:
+// the instances that came (new IDs or addresses), the addresses of those
+// that went, and the instances that stayed with other Metadata.
+type listDiff struct {
+	came     []registry.Instance
+	went     []string // addresses, once per instance
+	retagged []registry.Instance
+	sorted   bool // the new list is strictly sorted by ID
+}
+
+// diff compares the list of service with ins.
+func (c *Client) diff(service string, ins []registry.Instance) listDiff {
+	c.addrMu.Lock()
+	l := c.addrs[service]
+	c.addrMu.Unlock()
+	sorted := registry.SortedByID(ins)
+	if l == nil || !l.sorted || !sorted {
+		d := listDiff{came: ins, sorted: sorted}
+		if l != nil {
+			for _, in := range l.ins {
+				d.went = append(d.went, in.Addr)
+			}
+		}
+		return d
 	}
+	// Side by side. The strings and maps of an instance that stayed are
+	// those of the old list: == stops at their pointers.
+	d := listDiff{sorted: true}
+	old, i := l.ins, 0
+	for j := range ins {
+		in := &ins[j]
+		for i < len(old) && old[i].ID < in.ID {
+			d.went = append(d.went, old[i].Addr)
+			i++
+		}
+		if i < len(old) && old[i].ID == in.ID {
+			switch {
+			case old[i].Addr != in.Addr:
+				d.went = append(d.went, old[i].Addr)
+				d.came = append(d.came, *in)
+			case !sameMap(old[i].Metadata, in.Metadata):
+				d.retagged = append(d.retagged, *in)
+			}
+			i++
+			continue
+		}
+		d.came = append(d.came, *in)
+	}
+	for ; i < len(old); i++ {
+		d.went = append(d.went, old[i].Addr)
+	}
+	return d
+}
+
+// sameMap reports whether a and b are the very same map (or both nil).
+func sameMap(a, b map[string]string) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// listed records that service lists ins now; see apply.
+func (c *Client) listed(service string, ins []registry.Instance) {
+	c.apply(service, ins, c.diff(service, ins))
+}
+
+// apply records that service lists ins now, d being what changed. It
+// forgets the connections and breakers of addresses no service lists any
+// more. Otherwise instances that come and go at new addresses
+// (containers) would leave one of each behind for the life of the client.
+func (c *Client) apply(service string, ins []registry.Instance, d listDiff) {
 	c.addrMu.Lock()
 	defer c.addrMu.Unlock()
 	if c.addrs == nil {
-		c.addrs = make(map[string]map[string]struct{})
+		c.addrs = make(map[string]*listing)
 	}
-	before := c.addrs[service]
-	c.addrs[service] = now
-	for addr := range before {
-		if _, ok := now[addr]; ok {
+	l := c.addrs[service]
+	if l == nil {
+		l = &listing{addrs: make(map[string]int)}
+		c.addrs[service] = l
+	}
+	l.ins, l.sorted = ins, d.sorted
+	for _, in := range d.came {
+		l.addrs[in.Addr]++
+	}
+	for _, addr := range d.went {
+		if l.addrs[addr]--; l.addrs[addr] > 0 {
 			continue
 		}
+		delete(l.addrs, addr)
 		if !c.stillListed(addr) {
 			delete(c.tlsNames, addr)
 			c.pool.Forget(addr)
@@ -293,11 +374,11 @@ func (c *Client) listed(service string, ins []registry.Instance) {
 func (c *Client) lists(service, addr string) bool {
 	c.addrMu.Lock()
 	defer c.addrMu.Unlock()
-	_, ok := c.addrs[service][addr]
-	return ok
+	l := c.addrs[service]
+	return l != nil && l.addrs[addr] > 0
 }
 
-// noteTLSNames records the MetadataTLSServerName values of ins. listed
+// noteTLSNames records the MetadataTLSServerName values of ins. apply
 // forgets them with their addresses.
 func (c *Client) noteTLSNames(ins []registry.Instance) {
 	c.addrMu.Lock()
@@ -329,8 +410,8 @@ func (c *Client) serverName(user func(addr string) string) func(addr string) str
 
 // stillListed reports whether any service lists addr; addrMu held.
 func (c *Client) stillListed(addr string) bool {
-	for _, set := range c.addrs {
-		if _, ok := set[addr]; ok {
+	for _, l := range c.addrs {
+		if l.addrs[addr] > 0 {
 			return true
 		}
 	}
@@ -357,12 +438,13 @@ func (c *Client) panicking(st *serviceState) bool {
 	if v := st.panic.Load(); v>>1 == gen {
 		return v&1 == 1
 	}
-	var addrs []string
-	if p := st.addrs.Load(); p != nil {
-		addrs = *p
+	var ins []registry.Instance
+	if p := st.ins.Load(); p != nil {
+		ins = *p
 	}
 	n, ejected := 0, 0
-	for _, a := range addrs {
+	for i := range ins {
+		a := ins[i].Addr
 		if c.pool.ReadOnly(a) {
 			continue
 		}

@@ -155,7 +155,7 @@ func NewCache(r Registry, cfg CacheConfig) *Cache {
 // for a service waits for the registry (bounded by ctx and InitialTimeout,
 // then the snapshot file is tried; see CacheConfig.InitialTimeout); later
 // calls read memory only and do not allocate. The returned slice is
-// shared: do not modify it.
+// shared: do not modify it, nor its Metadata maps.
 //
 // The result may be stale (the registry is unreachable) or suspect (kept
 // despite an empty push); see Stale and Suspect. It is empty, with a nil

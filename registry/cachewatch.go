@@ -108,11 +108,16 @@ func (c *Cache) store(e *cacheEntry, set []Instance) *cacheState {
 			snapshot: prev.snapshot, stale: prev.snapshot})
 		return nil
 	}
-	ins := SortedCopy(set)
+	// A watcher returns its set sorted by ID and the set is the cache's to
+	// keep: a copy only for a watcher that breaks that order.
+	ins, strict := set, sortedByID(set)
+	if !strict {
+		ins = SortedCopy(set)
+	}
 	if ins == nil {
 		ins = []Instance{}
 	}
-	if prev != nil && EqualSets(prev.instances, ins) {
+	if prev != nil && sameList(prev.instances, ins, strict) {
 		e.state.Store(&cacheState{instances: prev.instances, version: prev.version})
 		return nil
 	}
@@ -125,6 +130,25 @@ func (c *Cache) store(e *cacheEntry, set []Instance) *cacheState {
 		close(e.ready)
 	}
 	return st
+}
+
+// sameList reports whether the cache's list prev holds the instances of
+// ins, sorted; strict says that the IDs of ins are strictly increasing.
+func sameList(prev, ins []Instance, strict bool) bool {
+	if !strict {
+		return EqualSets(prev, ins)
+	}
+	// prev is sorted too: were it to hold the same instances, its IDs
+	// would be distinct, and equal to those of ins side by side.
+	if len(prev) != len(ins) {
+		return false
+	}
+	for i := range ins {
+		if !sameInstance(prev[i], ins[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // fail records a failed watch: the instances are kept and marked stale.

@@ -273,3 +273,72 @@ func TestCacheRefusedService(t *testing.T) {
 		t.Fatal("Stale = true for a service with no instances")
 	}
 }
+
+// scriptRegistry's one watcher returns the sets sent on its channel.
+type scriptRegistry struct {
+	registry.Registry
+	sets chan []registry.Instance
+}
+
+func (r scriptRegistry) Watch(context.Context, string) (registry.Watcher, error) {
+	return scriptWatcher{r.sets}, nil
+}
+
+type scriptWatcher struct{ sets chan []registry.Instance }
+
+func (w scriptWatcher) Next(ctx context.Context) ([]registry.Instance, error) {
+	select {
+	case set := <-w.sets:
+		return set, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (scriptWatcher) Stop() {}
+
+// TestCacheStoresPushedSets: the cache keeps a pushed set that is sorted
+// by ID as it is, sorts one that is not, and tells subscribers of a set
+// only when it differs from the last, also when its Metadata maps are
+// other maps with the same contents.
+func TestCacheStoresPushedSets(t *testing.T) {
+	r := scriptRegistry{sets: make(chan []registry.Instance)}
+	c := newCache(t, r, registry.CacheConfig{})
+	a := inst("a.A", "a")
+	b := func(v string) registry.Instance {
+		in := inst("a.A", "b")
+		in.Metadata = map[string]string{"v": v}
+		return in
+	}
+	b1 := b("1")
+	pushes := make(chan string, 100)
+	unsub, err := c.Subscribe("a.A", func(ins []registry.Instance) {
+		pushes <- idsOf(ins) + "/" + ins[len(ins)-1].Metadata["v"]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	send := func(set ...registry.Instance) []registry.Instance {
+		t.Helper()
+		select {
+		case r.sets <- set:
+		case <-time.After(waitTimeout):
+			t.Fatalf("the cache did not ask for %v within %v", set, waitTimeout)
+		}
+		return set
+	}
+	send(b1, a)
+	expectPush(t, pushes, "a,b/1")
+	send(a, b1)     // the same instances, sorted
+	send(a, b("1")) // the same, in another map
+	sorted := send(a, b("2"))
+	expectPush(t, pushes, "a,b/2")
+	if got := lookup(t, c, "a.A"); &got[0] != &sorted[0] {
+		t.Error("the cache copied a set sorted by ID")
+	}
+	send(a, a, b("2"))
+	expectPush(t, pushes, "a,a,b/2")
+	send(a, b("2"))
+	expectPush(t, pushes, "a,b/2")
+}

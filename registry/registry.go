@@ -90,6 +90,11 @@ type Watcher interface {
 	// wrapping ErrUnavailable once: that is how a Cache learns that its
 	// instances are stale. The call after that returns the full set once
 	// the registry answers again.
+	//
+	// The set is a new slice at each call, sorted by ID (then Addr), and
+	// the caller's to keep or change. The Metadata maps in it may be shared
+	// with the watcher and with the sets it returned before: read them,
+	// never write them.
 	Next(ctx context.Context) ([]Instance, error)
 	// Stop ends the watch; a Next blocked in another goroutine returns.
 	Stop()

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // EqualSets reports whether a and b hold the same instances, in any order:
@@ -74,14 +75,44 @@ func equalSorted(a, b []Instance) bool {
 	return true
 }
 
+// sameInstance reports whether a and b are the same instance. The strings
+// and maps of an unchanged instance are usually shared between the sets a
+// watcher returns, so most comparisons end at a pointer.
 func sameInstance(a, b Instance) bool {
 	return a.Service == b.Service && a.ID == b.ID && a.Addr == b.Addr &&
-		a.EffectiveWeight() == b.EffectiveWeight() && maps.Equal(a.Metadata, b.Metadata)
+		a.EffectiveWeight() == b.EffectiveWeight() && sameMetadata(a.Metadata, b.Metadata)
+}
+
+// sameMetadata is maps.Equal, at once when both are the very same map.
+func sameMetadata(a, b map[string]string) bool {
+	// A map value is a pointer to its header: equal pointers, same map.
+	if *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b)) {
+		return true
+	}
+	return maps.Equal(a, b)
+}
+
+// SameInstance reports whether a and b are the same instance: the same
+// service, ID, address, effective weight and metadata (a nil map equals an
+// empty one).
+func SameInstance(a, b Instance) bool { return sameInstance(a, b) }
+
+// SortedByID reports whether the IDs of list are strictly increasing, the
+// order in which watchers return their sets.
+func SortedByID(list []Instance) bool { return sortedByID(list) }
+
+// CompareInstances orders instances by ID, then Addr: the order of
+// SortedCopy.
+func CompareInstances(a, b Instance) int {
+	if c := strings.Compare(a.ID, b.ID); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Addr, b.Addr)
 }
 
 // CloneSet copies a set deeply (the Metadata maps too), never returning
-// nil, so that a watcher's caller may change what it got without changing
-// the backend's state.
+// nil. A watcher may return such a copy, but need not: its caller must not
+// write the Metadata maps of a set from Next.
 func CloneSet(set []Instance) []Instance {
 	out := make([]Instance, len(set))
 	for i, in := range set {
@@ -95,11 +126,6 @@ func CloneSet(set []Instance) []Instance {
 // return their sets in this order.
 func SortedCopy(in []Instance) []Instance {
 	out := slices.Clone(in)
-	slices.SortFunc(out, func(a, b Instance) int {
-		if c := strings.Compare(a.ID, b.ID); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Addr, b.Addr)
-	})
+	slices.SortFunc(out, CompareInstances)
 	return out
 }

@@ -11,7 +11,8 @@ import (
 // The first call comes at once when a list is known. Later calls come from
 // the service's watch goroutine, or from the lookup that fell back to the
 // snapshot file. Calls never overlap and never go back to an older list.
-// fn must return quickly and must not modify the slice. It may call the
+// fn must return quickly and must not modify the slice nor its Metadata
+// maps. It may call the
 // Cache, Close included, and unsubscribe. Subscribe starts the watch of
 // the service if no lookup did. Call the returned function to stop the
 // calls; no call starts after Close.

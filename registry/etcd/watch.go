@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,7 +40,6 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 		r:       r,
 		service: service,
 		prefix:  r.servicePrefix(service),
-		set:     make(map[string]registry.Instance),
 		changed: make(chan struct{}),
 		stop:    make(chan struct{}),
 		fresh:   true,
@@ -69,7 +69,8 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 }
 
 // watcher follows one service: a goroutine applies etcd's events to set;
-// Next compares set with what it returned last.
+// Next returns a copy of set when an instance changed since it last
+// returned one.
 type watcher struct {
 	r       *Registry
 	service string
@@ -79,14 +80,19 @@ type watcher struct {
 	stop    chan struct{} // closed by Stop
 	once    sync.Once
 
-	mu      sync.Mutex // guards following
-	set     map[string]registry.Instance
+	mu sync.Mutex // guards following
+	// set holds the instances sorted by ID, IDs distinct. An event
+	// changes it in place: Next returns copies.
+	set     []registry.Instance
 	synced  bool          // set mirrors etcd (listed since the last outage)
 	down    error         // the outage not yet reported by Next
 	changed chan struct{} // closed and replaced whenever the fields above change
 	ended   error         // ErrClosed after Close
 	fresh   bool          // Next returns the set even if unchanged: first call, after an error
-	last    []registry.Instance
+	// before holds, for each ID changed since Next last returned the set,
+	// the instance it had then (ok false: none), so that Next compares
+	// only those instances with what it returned.
+	before map[string]priorInstance
 
 	cancelFollow context.CancelFunc // ends the current watch
 }
@@ -118,13 +124,15 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 			w.mu.Unlock()
 			return nil, err
 		}
-		if w.synced {
-			cur := registry.SortedCopy(slicesOf(w.set))
-			if w.fresh || !registry.EqualSets(cur, w.last) {
-				w.last, w.fresh = cur, false
-				w.mu.Unlock()
-				return registry.CloneSet(cur), nil
-			}
+		if w.synced && (w.fresh || w.changedLocked()) {
+			w.fresh = false
+			w.forgetBeforeLocked()
+			// A shallow copy: the Metadata maps stay shared, read-only
+			// by the contract of Next.
+			out := make([]registry.Instance, len(w.set))
+			copy(out, w.set)
+			w.mu.Unlock()
+			return out, nil
 		}
 		changed := w.changed
 		w.mu.Unlock()
@@ -163,19 +171,138 @@ func (w *watcher) notifyLocked() {
 	w.changed = make(chan struct{})
 }
 
+// priorInstance is an instance as Next last returned it; ok is false for
+// an ID it did not return.
+type priorInstance struct {
+	in registry.Instance
+	ok bool
+}
+
+// changedLocked reports whether the set differs from the one Next
+// returned last, looking only at the IDs changed since. When it does not,
+// it forgets them.
+func (w *watcher) changedLocked() bool {
+	for id, was := range w.before {
+		in, ok := w.find(id)
+		if ok != was.ok || (ok && !registry.SameInstance(in, was.in)) {
+			return true
+		}
+	}
+	w.forgetBeforeLocked()
+	return false
+}
+
+// forgetBeforeLocked empties before. A map that held many IDs (the first
+// list) is dropped rather than cleared, for clearing costs its capacity.
+func (w *watcher) forgetBeforeLocked() {
+	if len(w.before) > 16 {
+		w.before = nil
+		return
+	}
+	clear(w.before)
+}
+
+// noteLocked records what ID had when Next last returned the set, before
+// the first change of it since. Nothing is recorded while Next is to
+// return the set anyway.
+func (w *watcher) noteLocked(id string, in registry.Instance, ok bool) {
+	if w.fresh {
+		return
+	}
+	if _, seen := w.before[id]; seen {
+		return
+	}
+	if w.before == nil {
+		w.before = make(map[string]priorInstance)
+	}
+	w.before[id] = priorInstance{in, ok}
+}
+
+// find returns the instance of set with the ID id.
+func (w *watcher) find(id string) (registry.Instance, bool) {
+	if i, ok := w.search(id); ok {
+		return w.set[i], true
+	}
+	return registry.Instance{}, false
+}
+
+// search returns where id is or would be in set.
+func (w *watcher) search(id string) (int, bool) {
+	return slices.BinarySearchFunc(w.set, id, func(in registry.Instance, id string) int {
+		return strings.Compare(in.ID, id)
+	})
+}
+
+// putLocked adds in to set, or replaces the instance of its ID; it
+// reports whether that changed the set.
+func (w *watcher) putLocked(in registry.Instance) bool {
+	i, found := w.search(in.ID)
+	if !found {
+		w.noteLocked(in.ID, registry.Instance{}, false)
+		w.set = slices.Insert(w.set, i, in)
+		return true
+	}
+	if registry.SameInstance(w.set[i], in) {
+		return false // a put of the same value, e.g. a lease renewed by a new Register
+	}
+	w.noteLocked(in.ID, w.set[i], true)
+	w.set[i] = in
+	return true
+}
+
+// removeLocked removes the instance with the ID id from set; it reports
+// whether there was one.
+func (w *watcher) removeLocked(id string) bool {
+	i, found := w.search(id)
+	if !found {
+		return false
+	}
+	w.noteLocked(id, w.set[i], true)
+	w.set = slices.Delete(w.set, i, i+1)
+	return true
+}
+
 // list replaces set with etcd's and returns the revision it read at.
+// Instances that did not change keep their old values, whose strings and
+// maps the sets Next returned before share.
 func (w *watcher) list(ctx context.Context) (int64, error) {
 	resp, err := w.r.cli.Get(ctx, w.prefix, clientv3.WithPrefix())
 	if err != nil {
 		return 0, fmt.Errorf("list %s: %w", w.prefix, err)
 	}
-	set := make(map[string]registry.Instance, len(resp.Kvs))
+	set := make([]registry.Instance, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		if in, ok := w.decode(kv.Key, kv.Value); ok {
-			set[string(kv.Key)] = in
+			set = append(set, in)
 		}
 	}
+	// etcd returns a range sorted by key, so by ID within the prefix.
+	if !registry.SortedByID(set) {
+		slices.SortFunc(set, registry.CompareInstances)
+		set = slices.CompactFunc(set, func(a, b registry.Instance) bool { return a.ID == b.ID })
+	}
 	w.mu.Lock()
+	old := w.set
+	i := 0
+	for j := range set {
+		for i < len(old) && old[i].ID < set[j].ID {
+			w.noteLocked(old[i].ID, old[i], true)
+			i++
+		}
+		switch {
+		case i < len(old) && old[i].ID == set[j].ID && registry.SameInstance(old[i], set[j]):
+			set[j] = old[i]
+			i++
+		case i < len(old) && old[i].ID == set[j].ID:
+			w.noteLocked(old[i].ID, old[i], true)
+			i++
+		default:
+			w.noteLocked(set[j].ID, registry.Instance{}, false)
+		}
+	}
+	for ; i < len(old); i++ {
+		w.noteLocked(old[i].ID, old[i], true)
+	}
 	w.set, w.synced, w.down = set, true, nil
 	w.notifyLocked()
 	w.mu.Unlock()
@@ -186,7 +313,7 @@ func (w *watcher) list(ctx context.Context) (int64, error) {
 // deeper than <prefix>/<service>/<id> and values that are not an Instance
 // are skipped (and logged).
 func (w *watcher) decode(key, value []byte) (registry.Instance, bool) {
-	id := strings.TrimPrefix(string(key), w.prefix)
+	id := w.idOf(key)
 	if registry.ValidateID(id) != nil {
 		return registry.Instance{}, false
 	}
@@ -312,20 +439,27 @@ func (w *watcher) outage() {
 func (w *watcher) apply(events []*clientv3.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	changed := false
 	for _, ev := range events {
-		key := string(ev.Kv.Key)
 		switch ev.Type {
 		case clientv3.EventTypePut:
 			if in, ok := w.decode(ev.Kv.Key, ev.Kv.Value); ok {
-				w.set[key] = in
+				changed = w.putLocked(in) || changed
 			} else {
-				delete(w.set, key)
+				changed = w.removeLocked(w.idOf(ev.Kv.Key)) || changed
 			}
 		case clientv3.EventTypeDelete:
-			delete(w.set, key)
+			changed = w.removeLocked(w.idOf(ev.Kv.Key)) || changed
 		}
 	}
-	w.notifyLocked()
+	if changed {
+		w.notifyLocked()
+	}
+}
+
+// idOf returns the instance ID a key of the prefix names.
+func (w *watcher) idOf(key []byte) string {
+	return strings.TrimPrefix(string(key), w.prefix)
 }
 
 // sleep waits about d (with jitter); false when the watcher ended.
@@ -342,14 +476,6 @@ func jitteredSleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-func slicesOf(m map[string]registry.Instance) []registry.Instance {
-	out := make([]registry.Instance, 0, len(m))
-	for _, in := range m {
-		out = append(out, in)
-	}
-	return out
 }
 
 // Unreachable implements registry.Reachability. It returns an error

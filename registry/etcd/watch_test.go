@@ -3,13 +3,17 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dabbrpc/dabb/internal/etcdtest"
@@ -279,5 +283,80 @@ func TestCompactionRelists(t *testing.T) {
 	case <-relisted:
 	case <-time.After(2 * time.Second):
 		t.Fatalf("watcher listed %d times, want a second list after the compaction", lists.Load())
+	}
+}
+
+// TestWatcherSetFollowsEvents: the watcher's set stays sorted by ID across
+// puts, replacements, deletions and puts of the same value; Next returns a
+// copy when the set changed and sees no change in a put of the same value
+// nor in a change undone before it ran.
+func TestWatcherSetFollowsEvents(t *testing.T) {
+	w := &watcher{
+		r:       &Registry{log: slog.New(slog.DiscardHandler)},
+		service: "a.A",
+		prefix:  "/services/a.A/",
+		changed: make(chan struct{}),
+		synced:  true,
+		fresh:   true,
+	}
+	put := func(id, addr, version string) *clientv3.Event {
+		v := fmt.Sprintf(`{"addr":%q,"metadata":{"version":%q}}`, addr, version)
+		return &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(w.prefix + id), Value: []byte(v)}}
+	}
+	del := func(id string) *clientv3.Event {
+		return &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(w.prefix + id)}}
+	}
+	next := func(want ...string) []registry.Instance {
+		t.Helper()
+		if !w.fresh && !w.changedLocked() {
+			t.Fatalf("no change seen; want %v", want)
+		}
+		set, err := w.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, in := range set {
+			got = append(got, in.ID+"@"+in.Addr+"/"+in.Metadata["version"])
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("Next = %v, want %v", got, want)
+		}
+		return set
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		if w.changedLocked() {
+			t.Fatalf("after %s: the watcher sees a change", what)
+		}
+	}
+
+	next()
+	w.apply([]*clientv3.Event{put("c", "h:3", "1"), put("a", "h:1", "1"), put("b", "h:2", "1")})
+	first := next("a@h:1/1", "b@h:2/1", "c@h:3/1")
+	first[0].Addr = "mine" // the caller's to change
+
+	w.apply([]*clientv3.Event{put("b", "h:2", "1")})
+	unchanged("a put of the same value")
+
+	w.apply([]*clientv3.Event{put("b", "h:9", "2")})
+	second := next("a@h:1/1", "b@h:9/2", "c@h:3/1")
+	if !registry.SameInstance(second[2], registry.Instance{Service: "a.A", ID: "c", Addr: "h:3", Metadata: map[string]string{"version": "1"}}) {
+		t.Fatalf("c = %+v", second[2])
+	}
+
+	w.apply([]*clientv3.Event{del("a"), del("zz"), put("d", "h:4", "1")})
+	next("b@h:9/2", "c@h:3/1", "d@h:4/1")
+
+	w.apply([]*clientv3.Event{put("e", "h:5", "1")})
+	w.apply([]*clientv3.Event{del("e")})
+	w.apply([]*clientv3.Event{put("c", "h:0", "1")})
+	w.apply([]*clientv3.Event{put("c", "h:3", "1")})
+	unchanged("changes undone")
+
+	w.apply([]*clientv3.Event{put("0", "h:0", "1"), del("d")})
+	next("0@h:0/1", "b@h:9/2", "c@h:3/1")
+	if w.set[0].Addr != "h:0" || len(w.before) != 0 {
+		t.Fatalf("set %v, before %v after Next", w.set, w.before)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,14 +44,15 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 		fresh:   true,
 	}
 	type result struct {
-		list   []registry.Instance
-		events <-chan zk.Event
-		err    error
+		list    []registry.Instance
+		version uint64
+		events  <-chan zk.Event
+		err     error
 	}
 	res := make(chan result, 1)
 	if !r.spawn(func() {
-		list, events, err := w.load(conn)
-		res <- result{list, events, err}
+		list, version, events, err := w.load(conn)
+		res <- result{list, version, events, err}
 	}) {
 		wcancel()
 		return nil, fmt.Errorf("zk: watch %s: %w", service, registry.ErrClosed)
@@ -64,7 +67,7 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 		wcancel()
 		return nil, fmt.Errorf("zk: watch %s: %w", service, first.err)
 	}
-	w.cur = first.list
+	w.cur, w.curVersion = first.list, first.version
 
 	r.sess.mu.Lock()
 	defer r.sess.mu.Unlock()
@@ -93,16 +96,25 @@ type watcher struct {
 
 	kick chan struct{} // cap 1: wakes run to read the set again after an outage
 
-	mu      sync.Mutex // guards following
-	cur     []registry.Instance
-	synced  bool          // cur was read since the last outage
-	down    error         // the outage not yet reported by Next
-	outages int           // counts outages, so that a read that began before one is not taken for after
-	changed chan struct{} // closed and replaced when the fields above change
-	last    []registry.Instance
-	fresh   bool // Next returns the set even if it is unchanged: at first, and after an outage
+	mu sync.Mutex // guards following
+	// cur is the set load read last, sorted by ID; it is never changed,
+	// only replaced. curVersion is its version (see version below).
+	cur         []registry.Instance
+	curVersion  uint64
+	synced      bool          // cur was read since the last outage
+	down        error         // the outage not yet reported by Next
+	outages     int           // counts outages, so that a read that began before one is not taken for after
+	changed     chan struct{} // closed and replaced when the fields above change
+	last        []registry.Instance
+	lastVersion uint64
+	fresh       bool // Next returns the set even if it is unchanged: at first, and after an outage
 
-	read readState // what load read last; load's alone
+	// load's alone: what it read last (read), the list it returned last
+	// (list) and that list's version, which grows by one each time the
+	// list differs from the one before.
+	read    readState
+	list    []registry.Instance
+	version uint64
 }
 
 // Next returns the current set the first time, then blocks until the set
@@ -121,9 +133,12 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 			w.mu.Unlock()
 			return nil, err
 		}
-		if w.synced && (w.fresh || !registry.EqualSets(w.cur, w.last)) {
-			w.last, w.fresh = w.cur, false
-			out := registry.CloneSet(w.cur)
+		if w.synced && (w.fresh || differ(w.cur, w.curVersion, w.last, w.lastVersion)) {
+			w.last, w.lastVersion, w.fresh = w.cur, w.curVersion, false
+			// A shallow copy: cur stays the watcher's, the Metadata maps
+			// are shared, read-only by the contract of Next.
+			out := make([]registry.Instance, len(w.cur))
+			copy(out, w.cur)
 			w.mu.Unlock()
 			return out, nil
 		}
@@ -196,11 +211,11 @@ func (w *watcher) run(conn *zk.Conn, events <-chan zk.Event) {
 				return // stopped or closed
 			}
 			outages := w.outageCount()
-			list, next, err := w.load(conn)
+			list, version, next, err := w.load(conn)
 			if w.ctx.Err() != nil {
 				return
 			}
-			if err == nil && w.publish(list, outages) {
+			if err == nil && w.publish(list, version, outages) {
 				events = next
 				break
 			}
@@ -222,65 +237,170 @@ func (w *watcher) run(conn *zk.Conn, events <-chan zk.Event) {
 }
 
 // load sets a watch on the service node's children (or on the node's
-// creation while it does not exist) and reads the instances. It reads the
-// data of the children it has not read before; the others keep what the
-// last load read, unless the service node's child version shows that a
-// child was deleted and created again since (a Register replacing an
-// instance's data does that): then it reads every child again. The list
-// of children names comes whole from ZooKeeper at every change. load
-// never runs twice at once: it alone uses w.read.
-func (w *watcher) load(conn *zk.Conn) ([]registry.Instance, <-chan zk.Event, error) {
+// creation while it does not exist) and reads the instances, sorted by
+// ID, with their list version. It reads the data of the children it has
+// not read before; the others keep what the last load read, unless the
+// service node's child version shows that a child was deleted and created
+// again since (a Register replacing an instance's data does that): then it
+// reads every child again. The list of children names comes whole from
+// ZooKeeper at every change: finding the new names costs a map lookup per
+// child. load never runs twice at once: it alone uses w.read, w.list and
+// w.version.
+func (w *watcher) load(conn *zk.Conn) ([]registry.Instance, uint64, <-chan zk.Event, error) {
 	for range maxAttempts {
 		children, stat, events, err := conn.ChildrenW(w.path)
 		if errors.Is(err, zk.ErrNoNode) {
 			w.read = readState{}
 			exists, _, created, err := conn.ExistsW(w.path)
 			if err != nil {
-				return nil, nil, err
+				return nil, 0, nil, err
 			}
 			if exists {
 				continue // created in between; watch its children
 			}
-			return nil, created, nil
+			list, version := w.settle([]registry.Instance{})
+			return list, version, created, nil
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, 0, nil, err
 		}
-		var prev map[string]childNode
-		if w.read.nodes != nil && stat.Czxid == w.read.czxid {
-			prev = w.read.nodes // the same service node as last time
+		var list []registry.Instance
+		if prev := w.read.nodes; prev != nil && stat.Czxid == w.read.czxid {
+			list, err = w.update(conn, children, stat, prev)
+		} else {
+			list, err = w.readAll(conn, children, stat)
 		}
-		nodes := make(map[string]childNode, len(children))
-		var fetch []string
-		for _, child := range children {
-			if n, ok := prev[child]; ok {
-				nodes[child] = n
-			} else {
-				fetch = append(fetch, child)
-			}
-		}
-		// Each creation and deletion of a child adds one to Cversion.
-		// More than the names that came and went means that a name
-		// kept was deleted and created again: its data may differ.
-		removed := len(prev) - (len(children) - len(fetch))
-		if prev != nil && int64(stat.Cversion)-int64(w.read.cversion) != int64(len(fetch)+removed) {
-			clear(nodes)
-			fetch = children
-		}
-		if err := w.fetch(conn, fetch, nodes); err != nil {
+		if err != nil {
 			w.read = readState{}
-			return nil, nil, err
+			return nil, 0, nil, err
 		}
-		w.read = readState{czxid: stat.Czxid, cversion: stat.Cversion, nodes: nodes}
-		list := make([]registry.Instance, 0, len(children))
-		for _, child := range children {
-			if n, ok := nodes[child]; ok && n.ok {
-				list = append(list, n.in)
+		return list, w.version, events, nil
+	}
+	return nil, 0, nil, fmt.Errorf("%s appeared and vanished %d times", w.path, maxAttempts)
+}
+
+// readAll reads the data of every child and makes it the list.
+func (w *watcher) readAll(conn *zk.Conn, children []string, stat *zk.Stat) ([]registry.Instance, error) {
+	got, err := w.fetch(conn, children)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make(map[string]*childNode, len(got))
+	list := make([]registry.Instance, 0, len(got))
+	for _, n := range got {
+		nodes[n.name] = n
+		if n.ok {
+			list = append(list, n.in)
+		}
+	}
+	slices.SortFunc(list, registry.CompareInstances)
+	w.read = readState{czxid: stat.Czxid, cversion: stat.Cversion, nodes: nodes}
+	list, _ = w.settle(list)
+	return list, nil
+}
+
+// update makes the list of children from prev, the nodes the last load
+// read, and the data of the new children. It reads every child again when
+// the child version shows that a child kept was created again.
+func (w *watcher) update(conn *zk.Conn, children []string, stat *zk.Stat, prev map[string]*childNode) ([]registry.Instance, error) {
+	gen := w.read.gen + 1
+	var fresh []string
+	kept := 0
+	for _, child := range children {
+		if n := prev[child]; n != nil {
+			n.seen = gen
+			kept++
+		} else {
+			fresh = append(fresh, child)
+		}
+	}
+	// Each creation and deletion of a child adds one to Cversion.
+	// More than the names that came and went means that a name
+	// kept was deleted and created again: its data may differ.
+	removed := len(prev) - kept
+	if int64(stat.Cversion)-int64(w.read.cversion) != int64(len(fresh)+removed) {
+		return w.readAll(conn, children, stat)
+	}
+	got, err := w.fetch(conn, fresh)
+	if err != nil {
+		return nil, err
+	}
+	// The changes of the list, by ID: instances gone (nil in) and new.
+	var changes []listChange
+	if removed > 0 {
+		for name, n := range prev {
+			if n.seen != gen {
+				delete(prev, name)
+				if n.ok {
+					changes = append(changes, listChange{id: name})
+				}
 			}
 		}
-		return registry.SortedCopy(list), events, nil
 	}
-	return nil, nil, fmt.Errorf("%s appeared and vanished %d times", w.path, maxAttempts)
+	for _, n := range got {
+		n.seen = gen
+		prev[n.name] = n
+		if n.ok {
+			changes = append(changes, listChange{id: n.name, in: &n.in})
+		}
+	}
+	w.read.cversion, w.read.gen = stat.Cversion, gen
+	if len(changes) == 0 {
+		return w.list, nil
+	}
+	slices.SortFunc(changes, func(a, b listChange) int { return strings.Compare(a.id, b.id) })
+	// A new slice, for the old one may be held by Next's callers: the
+	// runs between the changes are copied whole.
+	old := w.list
+	list := make([]registry.Instance, 0, len(old)+len(changes))
+	pos := 0
+	for _, c := range changes {
+		i, found := slices.BinarySearchFunc(old[pos:], c.id, func(in registry.Instance, id string) int {
+			return strings.Compare(in.ID, id)
+		})
+		list = append(list, old[pos:pos+i]...)
+		pos += i
+		if found {
+			pos++ // gone
+		}
+		if c.in != nil {
+			list = append(list, *c.in)
+		}
+	}
+	list = append(list, old[pos:]...)
+	w.list = list
+	w.version++
+	return list, nil
+}
+
+// listChange is an instance new to the list (in set) or gone from it (in
+// nil).
+type listChange struct {
+	id string
+	in *registry.Instance
+}
+
+// settle makes list, read whole, the list of load: it returns the list of
+// the last load instead when they are equal, so that its version holds.
+func (w *watcher) settle(list []registry.Instance) ([]registry.Instance, uint64) {
+	if w.version > 0 && registry.EqualSets(w.list, list) {
+		return w.list, w.version
+	}
+	w.list = list
+	w.version++
+	return list, w.version
+}
+
+// differ reports whether the list a of version va differs from b of
+// version vb; versions one apart differ, by the rule of load's versions.
+func differ(a []registry.Instance, va uint64, b []registry.Instance, vb uint64) bool {
+	switch {
+	case va == vb:
+		return false
+	case va == vb+1 || vb == va+1:
+		return true
+	}
+	return !registry.EqualSets(a, b)
 }
 
 // readState is what the last load read: the service node's creation
@@ -288,14 +408,18 @@ func (w *watcher) load(conn *zk.Conn) ([]registry.Instance, <-chan zk.Event, err
 type readState struct {
 	czxid    int64
 	cversion int32
-	nodes    map[string]childNode // nil: read every child
+	nodes    map[string]*childNode // by name; nil: read every child
+	gen      uint32                // of the last load, for childNode.seen
 }
 
-// childNode is a child's data as decoded; ok is false for a node that
-// holds no instance (skipped, and logged once).
+// childNode is a child's name and data as decoded; ok is false for a
+// node that holds no instance (skipped, and logged once). seen is the gen
+// of the last load that listed it.
 type childNode struct {
-	in registry.Instance
-	ok bool
+	name string
+	in   registry.Instance
+	ok   bool
+	seen uint32
 }
 
 // fetchHook, set only by tests, is called by each load of a watcher of r
@@ -306,13 +430,16 @@ var fetchHook func(r *Registry, n int)
 // pipelines them on the session's connection.
 const fetchParallel = 32
 
-// fetch reads and decodes the children named into nodes, up to
-// fetchParallel at once. A child gone since the list is left out: its
-// deletion has fired the child watch. After a failure the reads not
-// started are skipped.
-func (w *watcher) fetch(conn *zk.Conn, names []string, nodes map[string]childNode) error {
+// fetch reads and decodes the children named, up to fetchParallel at
+// once. A child gone
+// since the list is left out: its deletion has fired the child watch.
+// After a failure the reads not started are skipped.
+func (w *watcher) fetch(conn *zk.Conn, names []string) ([]*childNode, error) {
 	if fetchHook != nil {
 		fetchHook(w.r, len(names))
+	}
+	if len(names) == 0 {
+		return nil, nil
 	}
 	got := make([]childNode, len(names))
 	gone := make([]bool, len(names))
@@ -331,19 +458,21 @@ func (w *watcher) fetch(conn *zk.Conn, names []string, nodes map[string]childNod
 			if err != nil {
 				return err
 			}
+			got[i].name = name
 			got[i].in, got[i].ok = w.decode(name, data)
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return err
+		return nil, err
 	}
-	for i, name := range names {
+	out := make([]*childNode, 0, len(names))
+	for i := range names {
 		if !gone[i] {
-			nodes[name] = got[i]
+			out = append(out, &got[i])
 		}
 	}
-	return nil
+	return out, nil
 }
 
 // decode reads an instance node. The path names the instance: the
@@ -372,19 +501,20 @@ func (w *watcher) outageCount() int {
 	return w.outages
 }
 
-// publish makes list, read after the outages-th outage, the current set
-// if it differs from it or the set was out of date. It returns false when
-// an outage was reported since: list may be older than it.
-func (w *watcher) publish(list []registry.Instance, outages int) bool {
+// publish makes list of the given version, read after the outages-th
+// outage, the current set if it differs from it or the set was out of
+// date. It returns false when an outage was reported since: list may be
+// older than it.
+func (w *watcher) publish(list []registry.Instance, version uint64, outages int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.outages != outages {
 		return false
 	}
-	if w.synced && registry.EqualSets(w.cur, list) {
+	if w.synced && !differ(w.cur, w.curVersion, list, version) {
 		return true
 	}
-	w.cur, w.synced = list, true
+	w.cur, w.curVersion, w.synced = list, version, true
 	w.r.log.Debug("watch: set read", "path", w.path, "instances", len(list))
 	close(w.changed)
 	w.changed = make(chan struct{})

@@ -5,6 +5,7 @@ package zk
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -220,4 +221,71 @@ func TestWatcherReportsLongOutage(t *testing.T) {
 		t.Fatalf("Next after the restart = %v, %v; want the full (empty) set again", got, err)
 	}
 	t.Logf("set returned %v after ZooKeeper restarted", time.Since(restarted))
+}
+
+// TestWatchKeepsSetSorted: across Registers and Deregisters, each set
+// Next returns is sorted by ID and the caller's to change, and an instance
+// that did not change keeps its Metadata map from one set to the next
+// instead of a copy.
+func TestWatchKeepsSetSorted(t *testing.T) {
+	provider, consumer := shared(t), shared(t)
+	svc := serviceFor(t)
+	mk := func(id string) registry.Instance {
+		in := inst(svc, id)
+		in.Metadata = map[string]string{"zone": "z" + id}
+		return in
+	}
+	a, b, c, d, e := mk("20001"), mk("20002"), mk("20003"), mk("20004"), mk("20005")
+	for _, in := range []registry.Instance{e, a, c} {
+		if err := provider.Register(ctxFor(t, 5*time.Second), in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := consumer.Watch(ctxFor(t, 5*time.Second), svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	next := func(step string, want ...registry.Instance) []registry.Instance {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for {
+			got, err := w.Next(ctx)
+			if err != nil {
+				t.Fatalf("%s: watcher did not reach %v: %v", step, want, err)
+			}
+			if !registry.SortedByID(got) {
+				t.Fatalf("%s: set not sorted by ID: %v", step, got)
+			}
+			if registry.EqualSets(got, want) {
+				return got
+			}
+		}
+	}
+	first := next("at first", a, c, e)
+	first[0].Addr = "changed by the caller"
+	steps := []struct {
+		what string
+		do   func() error
+		want []registry.Instance
+	}{
+		{"b registered", func() error { return provider.Register(ctxFor(t, 5*time.Second), b) }, []registry.Instance{a, b, c, e}},
+		{"c deregistered", func() error { return provider.Deregister(ctxFor(t, 5*time.Second), c) }, []registry.Instance{a, b, e}},
+		{"d registered", func() error { return provider.Register(ctxFor(t, 5*time.Second), d) }, []registry.Instance{a, b, d, e}},
+	}
+	prev := first
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+		got := next(s.what, s.want...)
+		if got[0].Addr != a.Addr {
+			t.Fatalf("%s: a's address is %q: the caller's change reached the watcher", s.what, got[0].Addr)
+		}
+		if reflect.ValueOf(got[0].Metadata).UnsafePointer() != reflect.ValueOf(prev[0].Metadata).UnsafePointer() {
+			t.Fatalf("%s: a's Metadata map was copied", s.what)
+		}
+		prev = got
+	}
 }
