@@ -50,20 +50,28 @@ func TestAddressesLeavingEveryListAreForgotten(t *testing.T) {
 	}
 }
 
+// listClient returns a client and the state of a service it follows,
+// with the default balancer, for feeding lists to onList. The client is
+// closed when the test ends.
+func listClient(tb testing.TB) (*Client, *serviceState) {
+	tb.Helper()
+	c, err := NewClient(static.New(), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	bal, err := balancer.New("", balancer.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c, &serviceState{bal: bal}
+}
+
 // BenchmarkListChange measures what the client does with a new list of a
 // service's instances: 5,000 of them, one coming or going each time, as
 // the registry cache delivers them.
 func BenchmarkListChange(b *testing.B) {
-	c, err := NewClient(static.New(), WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	bal, err := balancer.New("", balancer.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	st := &serviceState{bal: bal}
+	c, st := listClient(b)
 	full := make([]registry.Instance, 5001)
 	for i := range full {
 		full[i] = registry.Instance{Service: "s", ID: fmt.Sprintf("i%05d", i), Addr: fmt.Sprintf("10.0.%d.%d:20880", i/250, i%250+1),
@@ -86,16 +94,7 @@ func BenchmarkListChange(b *testing.B) {
 // service is at it, and the TLS name of an instance whose Metadata
 // changed is noted.
 func TestListChangesFollowAddresses(t *testing.T) {
-	c, err := NewClient(static.New(), WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	bal, err := balancer.New("", balancer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &serviceState{bal: bal}
+	c, st := listClient(t)
 	const x, y, z = "10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"
 	a, b, d := registry.Instance{ID: "a", Addr: x}, registry.Instance{ID: "b", Addr: x}, registry.Instance{ID: "d", Addr: y}
 	bz := b

@@ -294,26 +294,34 @@ func TestConnState(t *testing.T) {
 	})
 }
 
+// callRawServer starts a call from a pool to a raw server and returns the
+// server's side of the connection once the request is read, with its
+// header, the pool and the call's result.
+func callRawServer(t *testing.T) (c net.Conn, req protocol.Header, p *Pool, errc <-chan error) {
+	t.Helper()
+	addr, conns := rawServer(t)
+	p = newPool(t, Config{Serializations: func(id byte) bool { return id == 22 }})
+	result := make(chan error, 1)
+	go func() {
+		_, err := p.RoundTrip(testCtx(t), addr, newRequest("hello"))
+		result <- err
+	}()
+	c = waitFor(t, conns, "the client's connection")
+	if _, err := io.ReadFull(c, req[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(io.Discard, c, int64(req.BodyLen())); err != nil {
+		t.Fatal(err)
+	}
+	return c, req, p, result
+}
+
 // TestForeignPeerNamed: a peer that answers in a serialization dabb does
 // not have (a Dubbo provider answering 40 in hessian2) is not a dabb
 // server. The call fails with a local 50 that names the serialization and
 // says so, and the connection closes.
 func TestForeignPeerNamed(t *testing.T) {
-	addr, conns := rawServer(t)
-	p := newPool(t, Config{Serializations: func(id byte) bool { return id == 22 }})
-	errc := make(chan error, 1)
-	go func() {
-		_, err := p.RoundTrip(testCtx(t), addr, newRequest("hello"))
-		errc <- err
-	}()
-	c := waitFor(t, conns, "the client's connection")
-	var h protocol.Header
-	if _, err := io.ReadFull(c, h[:]); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.CopyN(io.Discard, c, int64(h.BodyLen())); err != nil {
-		t.Fatal(err)
-	}
+	c, h, p, errc := callRawServer(t)
 	// As a Dubbo provider answers a body it could not decode.
 	answer := protocol.AppendForeignError(nil, h.ID(), protocol.Hessian2, protocol.StatusBadRequest, "Decode rpc invocation failed")
 	if _, err := c.Write(answer); err != nil {
@@ -333,21 +341,7 @@ func TestForeignPeerNamed(t *testing.T) {
 // closes, and the call pending on it fails as a lost connection whose
 // cause names the serialization.
 func TestForeignRequestFromPeer(t *testing.T) {
-	addr, conns := rawServer(t)
-	p := newPool(t, Config{Serializations: func(id byte) bool { return id == 22 }})
-	errc := make(chan error, 1)
-	go func() {
-		_, err := p.RoundTrip(testCtx(t), addr, newRequest("hello"))
-		errc <- err
-	}()
-	c := waitFor(t, conns, "the client's connection")
-	var h protocol.Header
-	if _, err := io.ReadFull(c, h[:]); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.CopyN(io.Discard, c, int64(h.BodyLen())); err != nil {
-		t.Fatal(err)
-	}
+	c, _, p, errc := callRawServer(t)
 	body := []byte{'N'} // a hessian2 null, as a body the client never decodes
 	var req protocol.Header
 	req.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, protocol.Hessian2), 0, 7)
