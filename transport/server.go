@@ -563,8 +563,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	conns := s.openConns()
-
 	for s.active.Load() != 0 {
 		select {
 		case <-s.idle:
@@ -582,8 +580,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	// Handlers are done. Wait until their responses left the writers.
 	// Polled, like net/http's Shutdown: the wait is short and happens once.
+	// The connections are those open now: an Accept that raced the
+	// announcement serves its connection as one from the queue.
 	poll := time.Millisecond
-	for _, sc := range conns {
+	for _, sc := range s.openConns() {
 		for !sc.w.idle() {
 			t := time.NewTimer(poll)
 			select {
@@ -596,38 +596,46 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			poll = min(2*poll, 20*time.Millisecond)
 		}
 	}
-	err := s.linger(ctx, conns)
+	err := s.linger(ctx)
 	s.enter(closed)
 	s.wg.Wait() // the handlers are done: only the readers are left to end
 	return err
 }
 
-// linger waits until the peers closed conns, or ShutdownLinger passed,
-// and returns nil. If ctx ends first it returns ctx.Err(). A connection's
-// done channel closes when its reader sees the peer go.
-func (s *Server) linger(ctx context.Context, conns []*serverConn) error {
+// linger waits until the peers closed every connection the server
+// serves, or ShutdownLinger passed, and returns nil. If ctx ends first it
+// returns ctx.Err(). A connection's done channel closes when its reader
+// sees the peer go. Connections tracked while it waits (an Accept that
+// raced Shutdown) are waited for too: a client's Pool may have sent on
+// them already.
+func (s *Server) linger(ctx context.Context) error {
 	t := time.NewTimer(s.cfg.ShutdownLinger)
 	defer t.Stop()
-	for i, sc := range conns {
-		select {
-		case <-sc.done:
-		case <-t.C:
-			open := 0
-			for _, sc := range conns[i:] {
-				select {
-				case <-sc.done:
-				default:
-					open++
-				}
-			}
-			s.log.Info("transport: shutdown linger over; closing connections whose peers did not close them",
-				"connections", open, "linger", s.cfg.ShutdownLinger)
+	for {
+		conns := s.openConns()
+		if len(conns) == 0 {
 			return nil
-		case <-ctx.Done():
-			return ctx.Err()
+		}
+		for i, sc := range conns {
+			select {
+			case <-sc.done:
+			case <-t.C:
+				open := 0
+				for _, sc := range conns[i:] {
+					select {
+					case <-sc.done:
+					default:
+						open++
+					}
+				}
+				s.log.Info("transport: shutdown linger over; closing connections whose peers did not close them",
+					"connections", open, "linger", s.cfg.ShutdownLinger)
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
-	return nil
 }
 
 // Close closes the listeners and connections at once and cancels the
