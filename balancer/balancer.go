@@ -271,7 +271,7 @@ func (b *balancer) mergeStates(p, old *picker) {
 		// the registry delivers: == ends at their pointers.
 		found := false
 		for i < len(old.ins) {
-			if found = sameKey(&old.ins[i], in); found || compareKey(&old.ins[i], in) > 0 {
+			if found = sameKey(&old.ins[i], in); found || registry.CompareInstances(old.ins[i], *in) > 0 {
 				break
 			}
 			delete(b.states, stateKey{old.ins[i].ID, old.ins[i].Addr}) // gone
@@ -295,19 +295,11 @@ func (b *balancer) mergeStates(p, old *picker) {
 // sameKey reports whether a and b have the same ID and Addr.
 func sameKey(a, b *registry.Instance) bool { return a.ID == b.ID && a.Addr == b.Addr }
 
-// compareKey orders instances by ID, then Addr.
-func compareKey(a, b *registry.Instance) int {
-	if c := strings.Compare(a.ID, b.ID); c != 0 {
-		return c
-	}
-	return strings.Compare(a.Addr, b.Addr)
-}
-
 // sortedByKey reports whether list is sorted by ID, then Addr, as the
 // registry cache delivers it; equal keys may repeat.
 func sortedByKey(list []registry.Instance) bool {
 	for i := 1; i < len(list); i++ {
-		if compareKey(&list[i-1], &list[i]) > 0 {
+		if registry.CompareInstances(list[i-1], list[i]) > 0 {
 			return false
 		}
 	}

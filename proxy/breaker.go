@@ -156,12 +156,6 @@ func newBreakers(cfg BreakerConfig, log *slog.Logger, obs Observer) *breakers {
 	return b
 }
 
-// get returns the health of addr, creating it on first use.
-func (b *breakers) get(addr string) *instanceHealth {
-	h, _ := b.lookup(addr)
-	return h
-}
-
 // lookup returns the health of addr, and whether this call created it.
 func (b *breakers) lookup(addr string) (*instanceHealth, bool) {
 	if h := (*b.m.Load())[addr]; h != nil {

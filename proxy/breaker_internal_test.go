@@ -165,3 +165,9 @@ func TestQuietBreakerIsBypassed(t *testing.T) {
 		t.Fatal("with FailureRatio set, attempts bypass the breaker that must count them all")
 	}
 }
+
+// get returns the health of addr, creating it on first use.
+func (b *breakers) get(addr string) *instanceHealth {
+	h, _ := b.lookup(addr)
+	return h
+}

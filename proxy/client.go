@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -314,7 +313,7 @@ func (c *Client) diff(service string, ins []registry.Instance) listDiff {
 			case old[i].Addr != in.Addr:
 				d.went = append(d.went, old[i].Addr)
 				d.came = append(d.came, *in)
-			case !sameMap(old[i].Metadata, in.Metadata):
+			case !registry.SameInstance(old[i], *in):
 				d.retagged = append(d.retagged, *in)
 			}
 			i++
@@ -326,16 +325,6 @@ func (c *Client) diff(service string, ins []registry.Instance) listDiff {
 		d.went = append(d.went, old[i].Addr)
 	}
 	return d
-}
-
-// sameMap reports whether a and b are the very same map (or both nil).
-func sameMap(a, b map[string]string) bool {
-	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
-}
-
-// listed records that service lists ins now; see apply.
-func (c *Client) listed(service string, ins []registry.Instance) {
-	c.apply(service, ins, c.diff(service, ins))
 }
 
 // apply records that service lists ins now, d being what changed. It

@@ -128,3 +128,9 @@ func TestListChangesFollowAddresses(t *testing.T) {
 		t.Fatalf("after the empty list: addresses %v, TLS name of %s %q", c.addrs["s"].addrs, y, c.serverName(nil)(y))
 	}
 }
+
+// listed records that service lists ins now, as onList does after its
+// balancer took them.
+func (c *Client) listed(service string, ins []registry.Instance) {
+	c.apply(service, ins, c.diff(service, ins))
+}

@@ -110,7 +110,7 @@ func (c *Cache) store(e *cacheEntry, set []Instance) *cacheState {
 	}
 	// A watcher returns its set sorted by ID and the set is the cache's to
 	// keep: a copy only for a watcher that breaks that order.
-	ins, strict := set, sortedByID(set)
+	ins, strict := set, SortedByID(set)
 	if !strict {
 		ins = SortedCopy(set)
 	}
@@ -144,7 +144,7 @@ func sameList(prev, ins []Instance, strict bool) bool {
 		return false
 	}
 	for i := range ins {
-		if !sameInstance(prev[i], ins[i]) {
+		if !SameInstance(prev[i], ins[i]) {
 			return false
 		}
 	}

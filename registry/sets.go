@@ -16,11 +16,11 @@ func EqualSets(a, b []Instance) bool {
 	if len(a) != len(b) {
 		return false
 	}
-	if sortedByID(a) && sortedByID(b) {
+	if SortedByID(a) && SortedByID(b) {
 		// Sets in the order backends and caches keep them, IDs distinct:
 		// compared side by side, without building a map.
 		for i := range a {
-			if !sameInstance(a[i], b[i]) {
+			if !SameInstance(a[i], b[i]) {
 				return false
 			}
 		}
@@ -35,15 +35,16 @@ func EqualSets(a, b []Instance) bool {
 	}
 	for _, in := range b {
 		x, ok := byID[in.ID]
-		if !ok || !sameInstance(x, in) {
+		if !ok || !SameInstance(x, in) {
 			return false
 		}
 	}
 	return true
 }
 
-// sortedByID reports whether the IDs of list are strictly increasing.
-func sortedByID(list []Instance) bool {
+// SortedByID reports whether the IDs of list are strictly increasing, the
+// order in which watchers return their sets.
+func SortedByID(list []Instance) bool {
 	for i := 1; i < len(list); i++ {
 		if list[i-1].ID >= list[i].ID {
 			return false
@@ -68,17 +69,19 @@ func distinctIDs(list []Instance) bool {
 func equalSorted(a, b []Instance) bool {
 	a, b = SortedCopy(a), SortedCopy(b)
 	for i := range a {
-		if !sameInstance(a[i], b[i]) {
+		if !SameInstance(a[i], b[i]) {
 			return false
 		}
 	}
 	return true
 }
 
-// sameInstance reports whether a and b are the same instance. The strings
-// and maps of an unchanged instance are usually shared between the sets a
-// watcher returns, so most comparisons end at a pointer.
-func sameInstance(a, b Instance) bool {
+// SameInstance reports whether a and b are the same instance: the same
+// service, ID, address, effective weight and metadata (a nil map equals an
+// empty one). The strings and maps of an unchanged instance are usually
+// shared between the sets a watcher returns, so most comparisons end at a
+// pointer.
+func SameInstance(a, b Instance) bool {
 	return a.Service == b.Service && a.ID == b.ID && a.Addr == b.Addr &&
 		a.EffectiveWeight() == b.EffectiveWeight() && sameMetadata(a.Metadata, b.Metadata)
 }
@@ -91,15 +94,6 @@ func sameMetadata(a, b map[string]string) bool {
 	}
 	return maps.Equal(a, b)
 }
-
-// SameInstance reports whether a and b are the same instance: the same
-// service, ID, address, effective weight and metadata (a nil map equals an
-// empty one).
-func SameInstance(a, b Instance) bool { return sameInstance(a, b) }
-
-// SortedByID reports whether the IDs of list are strictly increasing, the
-// order in which watchers return their sets.
-func SortedByID(list []Instance) bool { return sortedByID(list) }
 
 // CompareInstances orders instances by ID, then Addr: the order of
 // SortedCopy.

@@ -12,10 +12,9 @@ import (
 // the service's watch goroutine, or from the lookup that fell back to the
 // snapshot file. Calls never overlap and never go back to an older list.
 // fn must return quickly and must not modify the slice nor its Metadata
-// maps. It may call the
-// Cache, Close included, and unsubscribe. Subscribe starts the watch of
-// the service if no lookup did. Call the returned function to stop the
-// calls; no call starts after Close.
+// maps. It may call the Cache, Close included, and unsubscribe. Subscribe
+// starts the watch of the service if no lookup did. Call the returned
+// function to stop the calls; no call starts after Close.
 func (c *Cache) Subscribe(service string, fn func([]Instance)) (unsubscribe func(), err error) {
 	if fn == nil {
 		return nil, fmt.Errorf("registry: cache: Subscribe(%s) with a nil func: %w", service, ErrInvalid)

@@ -45,9 +45,9 @@ type Config struct {
 	// LargeSlowdown is the small calls' p99 latency, as a multiple of
 	// their p99 with no large request in flight, that an adaptive
 	// LargeShare aims at. Once a large request has gone to an address, the
-	// pool times one small call in 2 to it; over the target the share
-	// narrows, well under it the share widens. Default 2.5; 1 or less with LargeShare 0 fixes the share at
-	// 0.25.
+	// pool times one small call in 2 to it. Over the target the share
+	// narrows; well under it the share widens. Default 2.5; 1 or less,
+	// with LargeShare 0, fixes the share at 0.25.
 	LargeSlowdown float64
 
 	// DialTimeout bounds one dial. Default 3s.
