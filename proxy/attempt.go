@@ -140,7 +140,9 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 	c.budget.call(call.start.Unix())
 	if !call.Idempotent && c.opts.idempotencyKeys {
 		if _, ok := call.Attachments[protocol.AttachIdempotencyKey]; !ok {
-			call.SetAttachment(protocol.AttachIdempotencyKey, c.newKey())
+			// Beside the map, not in it: the message's own field travels
+			// without a map write, a map lookup and a clear per call.
+			call.key = c.newKey()
 		}
 	}
 	if err := ctx.Err(); err != nil {

@@ -42,8 +42,10 @@ type Call struct {
 	// the context's deadline and the start plus Timeout. Every attempt
 	// sends what remains of it.
 	Deadline time.Time
-	// Attachments travel with every attempt (trace ids, auth, the
-	// idempotency key). Middlewares may add to it; nil when empty.
+	// Attachments travel with every attempt (trace ids, auth, a key set
+	// with IdempotencyKey). Middlewares may add to it; nil when empty.
+	// The key the client makes for a call that has none travels beside
+	// them and is not in this map.
 	Attachments map[string]string
 	// HashKey routes the call with the consistent hash balancer: calls
 	// with equal keys go to the same instance.
@@ -76,6 +78,9 @@ type Call struct {
 	// route, when set, is the service whose instances the call balances
 	// over (Via); the wire names Service.
 	route string
+	// key is the idempotency key the client made for this call; empty
+	// when the call has one in Attachments or needs none.
+	key   string
 	start time.Time        // when Invoke began
 	tried [maxTried]string // instances this call attempted, for retries
 }

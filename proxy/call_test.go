@@ -43,3 +43,32 @@ func TestMiddlewareOrderAndAttachments(t *testing.T) {
 		}
 	}
 }
+
+// TestMadeKeyBesideAttachments: the key the client makes for a call that
+// is not idempotent reaches the server without joining Call.Attachments.
+func TestMadeKeyBesideAttachments(t *testing.T) {
+	s := &seen{}
+	addr := serve(t, s, 0, transport.ServerConfig{})
+	var after map[string]string
+	mw := func(next proxy.Invoker) proxy.Invoker {
+		return func(ctx context.Context, call *proxy.Call) error {
+			err := next(ctx, call)
+			after = call.Attachments
+			return err
+		}
+	}
+	c := client(t, []string{addr}, proxy.WithMiddleware(mw))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := invoke(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if after != nil {
+		t.Errorf("Call.Attachments after the call = %v, want nil", after)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k := s.attachments[protocol.AttachIdempotencyKey]; k == "" || len(s.attachments) != 1 {
+		t.Errorf("server saw %v, want the made key alone", s.attachments)
+	}
+}

@@ -141,10 +141,13 @@ func (c *Client) Close() error {
 // the interface's directives), the client's WithMethodTimeout, then those
 // on ctx from WithCallOptions. ctx's deadline wins over a later timeout.
 func (c *Client) Invoke(ctx context.Context, service, method string, req, resp any, opts ...CallOption) error {
+	// A pooled call is zero but for its Attachments map, emptied: kept
+	// across calls, so attachments cost no map. Setting the fields one by
+	// one writes only them; assigning a whole Call copied all of it.
 	call := c.calls.Get().(*Call)
-	att := call.Attachments // kept across calls, so attachments cost no map
-	clear(att)
-	*call = Call{Service: service, Method: method, Req: req, Resp: resp, Timeout: c.opts.timeout, Attachments: att, codec: c.codec}
+	clear(call.Attachments)
+	call.Service, call.Method, call.Req, call.Resp = service, method, req, resp
+	call.Timeout, call.codec = c.opts.timeout, c.codec
 	for _, o := range opts {
 		o.apply(call)
 	}

@@ -61,11 +61,12 @@ func (c *Client) exchange(ctx context.Context, call *Call, addr string, start ti
 	}
 	m := &out.msg
 	*m = protocol.Message{
-		Service:     call.Service,
-		Method:      call.Method,
-		Timeout:     budget,
-		Attachments: call.Attachments,
-		Payload:     payload,
+		Service:        call.Service,
+		Method:         call.Method,
+		Timeout:        budget,
+		IdempotencyKey: call.key,
+		Attachments:    call.Attachments,
+		Payload:        payload,
 	}
 	m.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, call.codec.ID()), 0, 0)
 	resp, err := c.pool.RoundTrip(ctx, addr, m)

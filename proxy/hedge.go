@@ -49,7 +49,7 @@ func (c *Client) hedged(ctx context.Context, call *Call, st *serviceState) error
 		}
 	}
 	shared := &Call{Service: call.Service, Method: call.Method, Idempotent: true, Deadline: call.Deadline,
-		Attachments: maps.Clone(call.Attachments), codec: call.codec, payload: payload, route: call.route}
+		Attachments: maps.Clone(call.Attachments), key: call.key, codec: call.codec, payload: payload, route: call.route}
 	results := make(chan hedgeResult, 2)
 	ctx, cancel := context.WithCancel(ctx) // ends the loser
 	defer cancel()
