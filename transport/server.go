@@ -168,6 +168,10 @@ type Server struct {
 	idleWorkers []*idleWorker // a stack: the most recently idle on top
 	reapGen     uint64        // reaps so far
 	reaper      *time.Timer   // retires long-idle workers; nil when none idle
+	queued      callQueue     // requests waiting for a busy worker to finish
+	// waking counts the workers handed a request that have not yet
+	// looked at queued (handOn). While one has not, requests queue.
+	waking int
 
 	mu sync.Mutex // guards the fields below
 	// state holds the serverState. Only enter writes it, holding mu.

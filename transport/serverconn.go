@@ -368,12 +368,7 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		sc.running[req.Header.ID()] = call
 		sc.callsMu.Unlock()
 	}
-	if w := s.takeIdle(); w != nil {
-		w.ch <- call
-		return
-	}
-	s.wg.Add(1)
-	go s.worker(call)
+	s.handOff(call)
 }
 
 // announce sends the read-only event on this connection, once.

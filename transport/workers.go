@@ -1,4 +1,5 @@
-// The worker pool: goroutines that run calls, kept idle and reaped.
+// The worker pool: goroutines that run calls, a queue of calls waiting for
+// one, idle workers kept and reaped.
 
 package transport
 
@@ -14,22 +15,98 @@ type idleWorker struct {
 	gen uint64           // reapGen when it went idle
 }
 
-// worker runs call, then the further calls handed to it while it is idle.
-// An idle worker waits on its own channel; dispatch takes it off a stack.
-// One reaper timer per server retires long-idle workers (reap).
-// docs/performance.md ("Server workers") has the measurements.
+// handOff gives call to a worker. With no worker on its way to the queue,
+// it wakes an idle one with call, or starts one. Otherwise call joins the
+// queue, and the first worker to reach it takes it: the one on its way, or
+// one that finished its call.
+func (s *Server) handOff(call *serverCall) {
+	s.workersMu.Lock()
+	if s.waking > 0 {
+		s.queued.push(call)
+		s.workersMu.Unlock()
+		return
+	}
+	s.waking++
+	w := s.popIdle()
+	s.workersMu.Unlock()
+	s.wake(w, call)
+}
+
+// wake hands call to w, or to a new worker when w is nil.
+func (s *Server) wake(w *idleWorker, call *serverCall) {
+	if w != nil {
+		w.ch <- call
+		return
+	}
+	s.wg.Add(1)
+	go s.worker(call)
+}
+
+// worker runs call, then the queued calls it finds, then waits idle for
+// the next call handed to it. One reaper timer per server retires
+// long-idle workers (reap). docs/performance.md ("Server workers") has the
+// measurements.
 func (s *Server) worker(call *serverCall) {
 	defer s.wg.Done()
 	// Reusing the goroutine saves the allocation of a go statement with
 	// an argument per call, and keeps grown stacks warm.
 	w := &idleWorker{ch: make(chan *serverCall, 1)}
 	for call != nil {
-		call.run()
-		if !s.putIdle(w) {
-			return
+		s.handOn()
+		for call != nil {
+			call.run()
+			var ok bool
+			if call, ok = s.next(w); !ok {
+				return
+			}
 		}
 		call = w.wait()
 	}
+}
+
+// handOn is the first thing a worker handed a call does, before it runs
+// it: if requests queued meanwhile, it hands the oldest to another worker.
+//
+// So a queued request never waits behind a handler that blocks. Each
+// worker handed a call passes the queue's head on before running its own.
+// A worker that finishes its call takes the next queued one without any
+// hand-off, which is what the queue saves: under load, a few wake-ups per
+// batch of requests read together instead of one per request.
+func (s *Server) handOn() {
+	s.workersMu.Lock()
+	s.waking--
+	next := s.queued.pop()
+	var w *idleWorker
+	if next != nil {
+		s.waking++
+		w = s.popIdle()
+	}
+	s.workersMu.Unlock()
+	if next != nil {
+		s.wake(w, next)
+	}
+}
+
+// next returns the oldest queued call. With none, it pushes w on the idle
+// stack and returns nil. It reports false once the server is closed and
+// nothing is queued: the worker must exit.
+func (s *Server) next(w *idleWorker) (*serverCall, bool) {
+	s.workersMu.Lock()
+	defer s.workersMu.Unlock()
+	if call := s.queued.pop(); call != nil {
+		return call, true
+	}
+	// enter stores closed before closeWorkers takes workersMu. A worker
+	// pushed before that is told to exit there; one after sees closed.
+	if s.current() == closed {
+		return nil, false
+	}
+	w.gen = s.reapGen
+	s.idleWorkers = append(s.idleWorkers, w)
+	if s.reaper == nil {
+		s.reaper = time.AfterFunc(workerIdle, s.reap)
+	}
+	return nil, true
 }
 
 // parkedStack is the stack, in bytes, a waiting worker keeps in use below
@@ -58,10 +135,9 @@ func (w *idleWorker) wait() *serverCall {
 //go:noinline
 func holdStack(b []byte) { b[len(b)-1] = 0 }
 
-// takeIdle pops the most recently idle worker, or returns nil.
-func (s *Server) takeIdle() *idleWorker {
-	s.workersMu.Lock()
-	defer s.workersMu.Unlock()
+// popIdle pops the most recently idle worker, or returns nil. The caller
+// holds workersMu.
+func (s *Server) popIdle() *idleWorker {
 	n := len(s.idleWorkers)
 	if n == 0 {
 		return nil
@@ -70,24 +146,6 @@ func (s *Server) takeIdle() *idleWorker {
 	s.idleWorkers[n-1] = nil
 	s.idleWorkers = s.idleWorkers[:n-1]
 	return w
-}
-
-// putIdle pushes w on the idle stack. It reports false once the server
-// is closed: the worker must exit.
-func (s *Server) putIdle(w *idleWorker) bool {
-	s.workersMu.Lock()
-	defer s.workersMu.Unlock()
-	// enter stores closed before closeWorkers takes workersMu. A worker
-	// pushed before that is told to exit there; one after sees closed.
-	if s.current() == closed {
-		return false
-	}
-	w.gen = s.reapGen
-	s.idleWorkers = append(s.idleWorkers, w)
-	if s.reaper == nil {
-		s.reaper = time.AfterFunc(workerIdle, s.reap)
-	}
-	return true
 }
 
 // reap retires the workers idle since before the previous reap: a whole
@@ -116,7 +174,7 @@ func (s *Server) reap() {
 }
 
 // closeWorkers makes idle workers exit now, and busy ones once their
-// call is done. enter calls it on closing the server.
+// call and the queue are done. enter calls it on closing the server.
 func (s *Server) closeWorkers() {
 	s.workersMu.Lock()
 	defer s.workersMu.Unlock()
@@ -128,4 +186,36 @@ func (s *Server) closeWorkers() {
 		s.reaper.Stop()
 		s.reaper = nil
 	}
+}
+
+// callQueue is a FIFO of calls: a ring that doubles when full. Its length
+// is bounded by MaxConcurrent, which dispatch checks first.
+type callQueue struct {
+	buf  []*serverCall // len is 0 or a power of two
+	head int
+	n    int
+}
+
+func (q *callQueue) push(call *serverCall) {
+	if q.n == len(q.buf) {
+		grown := make([]*serverCall, max(16, 2*len(q.buf)))
+		for i := range q.n {
+			grown[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
+		}
+		q.buf, q.head = grown, 0
+	}
+	q.buf[(q.head+q.n)&(len(q.buf)-1)] = call
+	q.n++
+}
+
+// pop returns the oldest call, or nil when the queue is empty.
+func (q *callQueue) pop() *serverCall {
+	if q.n == 0 {
+		return nil
+	}
+	call := q.buf[q.head]
+	q.buf[q.head] = nil
+	q.head = (q.head + 1) & (len(q.buf) - 1)
+	q.n--
+	return call
 }

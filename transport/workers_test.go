@@ -3,12 +3,15 @@
 package transport
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"runtime"
 	"runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dabbrpc/dabb/protocol"
 )
@@ -82,8 +85,8 @@ func TestCloseStopsIdleWorkers(t *testing.T) {
 	if got := ts.srv.idleCount(); got != 0 {
 		t.Errorf("%d idle workers after Close", got)
 	}
-	if w := &(idleWorker{}); ts.srv.putIdle(w) {
-		t.Errorf("putIdle after Close accepted a worker")
+	if _, ok := ts.srv.next(&idleWorker{}); ok {
+		t.Errorf("next after Close kept a worker")
 	}
 }
 
@@ -133,5 +136,90 @@ func TestIdleWorkersKeepTheirStacks(t *testing.T) {
 	if got, want := sample[0].Value.Uint64(), uint64(workers*parkedStack); got < want {
 		t.Fatalf("the GC scanned %d bytes of stack with %d idle workers, want at least %d: "+
 			"idle workers no longer wait below their stack floor (idleWorker.wait)", got, workers, want)
+	}
+}
+
+// pipeline writes n requests in one write on a new connection to addr,
+// with ids from 1, the one with id block asking for method "block", and
+// returns the connection and a reader of its responses.
+func pipeline(t *testing.T, addr string, n int, block uint64) (net.Conn, *protocol.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var frames []byte
+	for id := uint64(1); id <= uint64(n); id++ {
+		req := newRequest("x")
+		if id <= block {
+			req.Method = "block"
+		}
+		req.Header.SetID(id)
+		frames = protocol.AppendMessage(frames, req)
+	}
+	if _, err := c.Write(frames); err != nil {
+		t.Fatal(err)
+	}
+	return c, protocol.NewReader(bufio.NewReader(c), 1<<20)
+}
+
+// A request queued for a worker never waits behind a handler that blocks:
+// with the first requests of a batch read together blocked in their
+// handlers, the last one is answered.
+func TestQueuedCallNotHeldByBlockedHandlers(t *testing.T) {
+	const blocked = 16
+	release := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		if req.Method == "block" {
+			<-release
+		}
+		echo(ctx, req, resp)
+	})
+	ts := startServer(t, h, ServerConfig{})
+	defer close(release)
+	c, rd := pipeline(t, ts.addr, blocked+1, blocked)
+	got := make(chan uint64, 1)
+	go func() {
+		var resp protocol.Message
+		if err := rd.Read(&resp); err != nil {
+			got <- 0
+			return
+		}
+		got <- resp.Header.ID()
+	}()
+	select {
+	case id := <-got:
+		if id != blocked+1 {
+			t.Fatalf("first response has id %d, want %d (the request behind %d blocked ones)", id, blocked+1, blocked)
+		}
+	case <-time.After(defaultTestTimeout):
+		c.Close()
+		t.Fatalf("no response within %v: the request queued behind %d blocked handlers waited for them", defaultTestTimeout, blocked)
+	}
+}
+
+// Requests read together are run by a few workers, each taking the next
+// queued one when its call is done, not by one woken worker per request
+// (docs/performance.md, "Server workers").
+func TestBatchRunsOnFewWorkers(t *testing.T) {
+	const batch = 256
+	// One P, so how many workers the batch uses depends on the hand-off
+	// alone, not on how the machine schedules the threads of many Ps.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ts := startServer(t, echo, ServerConfig{})
+	eventually(t, "earlier tests' workers to exit", func() bool { return workerGoroutines() == 0 })
+	_, rd := pipeline(t, ts.addr, batch, 0)
+	var resp protocol.Message
+	for range batch {
+		if err := rd.Read(&resp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each worker goes idle when the queue is empty, so this counts the
+	// workers the batch used.
+	eventually(t, "the workers idle", func() bool { return ts.srv.idleCount() == workerGoroutines() })
+	if n := workerGoroutines(); n > batch/4 {
+		t.Fatalf("%d requests read together ran on %d workers, want at most %d: each was handed to a worker of its own", batch, n, batch/4)
 	}
 }
