@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -445,6 +446,12 @@ func measureRegistries(res *scaleResults, sc scaleConfig) error {
 	text, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("go test in %s: %w%s", dir, err, lastLines(string(text), 12))
+	}
+	if _, err := os.Stat(out); errors.Is(err, fs.ErrNotExist) {
+		// The test skips when etcd or ZooKeeper is not installed, and
+		// then writes nothing.
+		return fmt.Errorf("go test in %s wrote no points (etcd and ZooKeeper must be installed; scripts/test.sh installs them)%s",
+			dir, lastLines(string(text), 12))
 	}
 	res.registry, err = scale.ReadJSON(out)
 	return err
