@@ -203,23 +203,35 @@ func TestQueuedCallNotHeldByBlockedHandlers(t *testing.T) {
 // queued one when its call is done, not by one woken worker per request
 // (docs/performance.md, "Server workers").
 func TestBatchRunsOnFewWorkers(t *testing.T) {
-	const batch = 256
+	const batch, attempts = 256, 5
 	// One P, so how many workers the batch uses depends on the hand-off
 	// alone, not on how the machine schedules the threads of many Ps.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	ts := startServer(t, echo, ServerConfig{})
-	eventually(t, "earlier tests' workers to exit", func() bool { return workerGoroutines() == 0 })
-	_, rd := pipeline(t, ts.addr, batch, 0)
-	var resp protocol.Message
-	for range batch {
-		if err := rd.Read(&resp); err != nil {
-			t.Fatal(err)
+	var used []int
+	for range attempts {
+		ts := startServer(t, echo, ServerConfig{})
+		eventually(t, "earlier servers' workers to exit", func() bool { return workerGoroutines() == 0 })
+		_, rd := pipeline(t, ts.addr, batch, 0)
+		var resp protocol.Message
+		for range batch {
+			if err := rd.Read(&resp); err != nil {
+				t.Fatal(err)
+			}
 		}
+		// Each worker goes idle when the queue is empty, so this counts
+		// the workers the batch used.
+		eventually(t, "the workers idle", func() bool { return ts.srv.idleCount() == workerGoroutines() })
+		n := workerGoroutines()
+		_ = ts.srv.Close()
+		if n <= batch/4 {
+			return
+		}
+		// A worker preempted in a system call lets the next one in the
+		// chain of hand-offs start, so a busy machine can stretch one
+		// attempt. The old hand-off used a worker per request in every
+		// attempt.
+		used = append(used, n)
 	}
-	// Each worker goes idle when the queue is empty, so this counts the
-	// workers the batch used.
-	eventually(t, "the workers idle", func() bool { return ts.srv.idleCount() == workerGoroutines() })
-	if n := workerGoroutines(); n > batch/4 {
-		t.Fatalf("%d requests read together ran on %d workers, want at most %d: each was handed to a worker of its own", batch, n, batch/4)
-	}
+	t.Fatalf("%d requests read together ran on %v workers in %d attempts, want at most %d once: each was handed to a worker of its own",
+		batch, used, attempts, batch/4)
 }
