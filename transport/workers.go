@@ -53,12 +53,8 @@ func (s *Server) worker(call *serverCall) {
 	w := &idleWorker{ch: make(chan *serverCall, 1)}
 	for call != nil {
 		s.handOn()
-		for call != nil {
+		for ; call != nil; call = s.next(w) {
 			call.run()
-			var ok bool
-			if call, ok = s.next(w); !ok {
-				return
-			}
 		}
 		call = w.wait()
 	}
@@ -66,12 +62,7 @@ func (s *Server) worker(call *serverCall) {
 
 // handOn is the first thing a worker handed a call does, before it runs
 // it: if requests queued meanwhile, it hands the oldest to another worker.
-//
-// So a queued request never waits behind a handler that blocks. Each
-// worker handed a call passes the queue's head on before running its own.
-// A worker that finishes its call takes the next queued one without any
-// hand-off, which is what the queue saves: under load, a few wake-ups per
-// batch of requests read together instead of one per request.
+// So a queued request never waits behind a handler that blocks.
 func (s *Server) handOn() {
 	s.workersMu.Lock()
 	s.waking--
@@ -88,25 +79,26 @@ func (s *Server) handOn() {
 }
 
 // next returns the oldest queued call. With none, it pushes w on the idle
-// stack and returns nil. It reports false once the server is closed and
-// nothing is queued: the worker must exit.
-func (s *Server) next(w *idleWorker) (*serverCall, bool) {
+// stack and returns nil; once the server is closed, it tells w to exit
+// instead, as closeWorkers tells the idle ones.
+func (s *Server) next(w *idleWorker) *serverCall {
 	s.workersMu.Lock()
 	defer s.workersMu.Unlock()
 	if call := s.queued.pop(); call != nil {
-		return call, true
+		return call
 	}
 	// enter stores closed before closeWorkers takes workersMu. A worker
 	// pushed before that is told to exit there; one after sees closed.
 	if s.current() == closed {
-		return nil, false
+		w.ch <- nil // w is busy, so its channel is empty
+		return nil
 	}
 	w.gen = s.reapGen
 	s.idleWorkers = append(s.idleWorkers, w)
 	if s.reaper == nil {
 		s.reaper = time.AfterFunc(workerIdle, s.reap)
 	}
-	return nil, true
+	return nil
 }
 
 // parkedStack is the stack, in bytes, a waiting worker keeps in use below

@@ -85,8 +85,9 @@ func TestCloseStopsIdleWorkers(t *testing.T) {
 	if got := ts.srv.idleCount(); got != 0 {
 		t.Errorf("%d idle workers after Close", got)
 	}
-	if _, ok := ts.srv.next(&idleWorker{}); ok {
-		t.Errorf("next after Close kept a worker")
+	w := &idleWorker{ch: make(chan *serverCall, 1)}
+	if ts.srv.next(w); ts.srv.idleCount() != 0 || len(w.ch) != 1 || <-w.ch != nil {
+		t.Errorf("next after Close kept a worker instead of telling it to exit")
 	}
 }
 

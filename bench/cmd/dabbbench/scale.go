@@ -447,14 +447,21 @@ func measureRegistries(res *scaleResults, sc scaleConfig) error {
 	if err != nil {
 		return fmt.Errorf("go test in %s: %w%s", dir, err, lastLines(string(text), 12))
 	}
-	if _, err := os.Stat(out); errors.Is(err, fs.ErrNotExist) {
+	res.registry, err = readRegistryPoints(out, text)
+	return err
+}
+
+// readRegistryPoints reads the points TestRegistryScale wrote to out.
+// text is the test's output, shown when it wrote none.
+func readRegistryPoints(out string, text []byte) ([]scale.Point, error) {
+	pts, err := scale.ReadJSON(out)
+	if errors.Is(err, fs.ErrNotExist) {
 		// The test skips when etcd or ZooKeeper is not installed, and
 		// then writes nothing.
-		return fmt.Errorf("go test in %s wrote no points (etcd and ZooKeeper must be installed; scripts/test.sh installs them)%s",
-			dir, lastLines(string(text), 12))
+		return nil, fmt.Errorf("TestRegistryScale wrote no points (etcd and ZooKeeper must be installed; scripts/test.sh installs them)%s",
+			lastLines(string(text), 12))
 	}
-	res.registry, err = scale.ReadJSON(out)
-	return err
+	return pts, err
 }
 
 // newRequest returns the request of size bytes marshaled: the standard

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	benchpb "github.com/dabbrpc/dabb/bench/proto"
+	"github.com/dabbrpc/dabb/bench/scale"
 )
 
 // tinyScale is the scale section on sizes a test can afford.
@@ -83,5 +85,25 @@ func TestNewRequest(t *testing.T) {
 	}
 	if got := benchpb.Size(newRequest(0)); got != benchpb.StandardSize {
 		t.Errorf("newRequest(0) marshals to %d bytes, want the standard %d", got, benchpb.StandardSize)
+	}
+}
+
+// The instances' points are read back from the file the test wrote; when
+// the test skipped and wrote none, the error says which servers it needs
+// and shows the test's own line.
+func TestReadRegistryPoints(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "registry.json")
+	skipped := []byte("=== RUN   TestRegistryScale\n    etcd not installed\n--- SKIP: TestRegistryScale\n")
+	_, err := readRegistryPoints(out, skipped)
+	if err == nil || !strings.Contains(err.Error(), "etcd and ZooKeeper must be installed") || !strings.Contains(err.Error(), "etcd not installed") {
+		t.Fatalf("no points written: err = %v, want one naming the servers and the skip line", err)
+	}
+	want := []scale.Point{{Backend: "etcd", Instances: 10}}
+	if err := scale.WriteJSON(out, want); err != nil {
+		t.Fatal(err)
+	}
+	pts, err := readRegistryPoints(out, nil)
+	if err != nil || len(pts) != 1 || pts[0].Backend != "etcd" || pts[0].Instances != 10 {
+		t.Fatalf("points written: got %+v, %v; want %+v", pts, err, want)
 	}
 }
