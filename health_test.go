@@ -174,6 +174,10 @@ func TestHealthNotPublished(t *testing.T) {
 	if set, err := hw.Next(ctx); err != nil || len(set) != 0 {
 		t.Errorf("the registry lists %v (err %v) for %s, want nothing", set, err, health.ServiceName)
 	}
+	// The registry lists the instance before publishing has ended; Serve
+	// answers a call only after it has.
+	c, _ := newHealthClient(t, addr)
+	wantStatus(t, c, "", health.Serving)
 	if err := s.Ready(); err != nil {
 		t.Errorf("Ready once published = %v", err)
 	}
