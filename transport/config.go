@@ -25,12 +25,15 @@ type Config struct {
 	// negative sends every request over the shared connections.
 	LargeMessage int
 
-	// LargeInFlight bounds the large requests in flight to one address.
-	// The next one waits for a slot, and the wait counts against its
-	// budget. A slot is held until the response arrives, handler time
-	// included. Default 1; negative means no bound. Calls that loop back
-	// (A to B to A, all large) want a larger bound or none. See
-	// docs/performance.md, finding 5.
+	// LargeInFlight bounds the large requests in flight to one address
+	// beside small calls: while some wait for answers, or when some were
+	// made since the previous large request. The next one then waits for
+	// a slot, and the wait counts against its budget. A slot is held until
+	// the response arrives, handler time included. Alone on the address,
+	// a large request finding no free slot goes without one. Default 1;
+	// negative means no bound. Calls that loop back (A to
+	// B to A, all large, beside small ones) want a larger bound or none.
+	// See docs/performance.md, finding 5.
 	LargeInFlight int
 
 	// LargeShare is the share of time large requests to one address may

@@ -1,4 +1,4 @@
-// The scheduler of one address's large requests: a bound on those in flight, and pacing next to small calls.
+// The scheduler of one address's large requests next to small calls: a bound on those in flight, and pacing.
 
 package transport
 
@@ -13,8 +13,9 @@ import (
 )
 
 // pacer schedules the large requests (Config.LargeMessage) to one address.
-// It bounds how many are in flight (Config.LargeInFlight).
-// While small calls wait for answers, it spaces them (Config.LargeShare).
+// Beside small calls it bounds how many are in flight
+// (Config.LargeInFlight). While small calls wait for answers, it spaces
+// them (Config.LargeShare).
 // With an adaptive share it times some small calls and moves the share so
 // that their p99 stays near Config.LargeSlowdown times what it is with no
 // large request in flight (adapt).
@@ -22,6 +23,8 @@ type pacer struct {
 	slots  chan struct{}   // LargeInFlight slots; nil: no bound
 	share  atomic.Uint64   // the share of time, float64 bits; 0 or 1: no pacing
 	busy   func() bool     // reports whether small calls wait for answers
+	made   func() uint32   // counts the small calls made, wrapping
+	seen   atomic.Uint32   // made at the last large request's acquire
 	closed <-chan struct{} // closed by the pool's Close
 	addr   string          // for error messages
 	epoch  time.Time       // the zero of clock
@@ -54,11 +57,11 @@ const maxLargePause = 100 * time.Millisecond
 
 // newPacer returns the pacer of addr for cfg, or nil when large requests
 // are neither bounded nor paced.
-func newPacer(cfg *Config, addr string, busy func() bool, closed <-chan struct{}) *pacer {
+func newPacer(cfg *Config, addr string, busy func() bool, made func() uint32, closed <-chan struct{}) *pacer {
 	if cfg.LargeMessage <= 0 {
 		return nil
 	}
-	p := &pacer{busy: busy, closed: closed, addr: addr, epoch: time.Now()}
+	p := &pacer{busy: busy, made: made, closed: closed, addr: addr, epoch: time.Now()}
 	if cfg.LargeInFlight > 0 {
 		p.slots = make(chan struct{}, cfg.LargeInFlight)
 	}
@@ -84,35 +87,56 @@ func (p *pacer) setShare(s float64) { p.share.Store(math.Float64bits(s)) }
 // clock reads the monotonic clock, in nanoseconds since the pacer was made.
 func (p *pacer) clock() int64 { return int64(time.Since(p.epoch)) }
 
-// acquire lets one large request go. It takes a slot, then waits out the
-// pause that the previous large request left, if small calls are busy.
-// Both waits end at what is left of budget (counted from start; zero: no
-// budget), at ctx's end, or at the pool's Close, as not sent. On success
-// it returns when the request went (clock), which the caller owes release.
-func (p *pacer) acquire(ctx context.Context, start time.Time, budget time.Duration) (int64, error) {
+// largeTurn is one large request let go by acquire: when it went (clock)
+// and whether it holds a slot.
+type largeTurn struct {
+	sent int64
+	slot bool
+}
+
+// acquire lets one large request go. It takes a free slot if there is
+// one. With none free it waits for one beside small calls: some wait for
+// answers, or some were made since the previous large request. Otherwise
+// it goes without one. Then, if small calls are busy, it waits out the
+// pause that the previous large request left. Both waits end at what is
+// left of budget (counted from start; zero: no budget), at ctx's end, or
+// at the pool's Close, as not sent. On success the caller owes release the
+// turn it returns.
+func (p *pacer) acquire(ctx context.Context, start time.Time, budget time.Duration) (largeTurn, error) {
 	var w largeWait
 	defer w.stop()
+	var t largeTurn
+	n := p.made()
+	beside := p.seen.Swap(n) != n
 	if p.slots != nil {
 		select {
 		case p.slots <- struct{}{}:
+			t.slot = true
 		default:
-			if err := w.wait(ctx, p, start, budget, p.slots, "waiting for a large-request slot to "); err != nil {
-				return 0, err
+			// Alone on the address, large requests go at full rate. Those
+			// in flight without a slot when small calls begin finish
+			// within one round trip.
+			if beside || p.busy() {
+				if err := w.wait(ctx, p, start, budget, p.slots, "waiting for a large-request slot to "); err != nil {
+					return largeTurn{}, err
+				}
+				t.slot = true
 			}
 		}
 	}
 	if pause := p.pauseAt(p.clock()); pause > 0 && p.busy() {
 		w.pause = time.NewTimer(pause)
 		if err := w.wait(ctx, p, start, budget, nil, "in the pause between large requests to "); err != nil {
-			if p.slots != nil {
+			if t.slot {
 				<-p.slots
 			}
-			return 0, err
+			return largeTurn{}, err
 		}
 	}
 	p.started.Add(1)
 	p.active.Add(1)
-	return p.clock(), nil
+	t.sent = p.clock()
+	return t, nil
 }
 
 // pauseAt returns how long a large request must wait at now (clock) while
@@ -124,12 +148,12 @@ func (p *pacer) pauseAt(now int64) time.Duration {
 	return time.Duration(p.next.Load() - now)
 }
 
-// release ends a large request that acquire let go at sent, and gives its
-// slot back.
-func (p *pacer) release(sent int64) {
+// release ends a large request that acquire let go, and gives its slot
+// back.
+func (p *pacer) release(t largeTurn) {
 	p.active.Add(-1)
-	p.done(sent, p.clock())
-	if p.slots != nil {
+	p.done(t.sent, p.clock())
+	if t.slot {
 		<-p.slots
 	}
 }

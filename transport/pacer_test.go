@@ -12,26 +12,34 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
-// TestLargeInFlight: with the default bound, a second large request waits
-// for the first's slot, and fails as not sent (nothing reaches the
-// server) when its budget or context ends first; small calls never wait
-// for it. With no bound (negative) both are in flight at once.
+// TestLargeInFlight: with the default bound beside small calls (one waits
+// for its answer, or one was made since the previous large request), a
+// second large request waits for the first's slot, and fails as not sent
+// (nothing reaches the server) when its budget or context ends first;
+// small calls never wait for it. With no small call made, or with no bound
+// (negative), two are in flight at once.
 func TestLargeInFlight(t *testing.T) {
 	largeReq := func(name string, timeout time.Duration) *protocol.Message {
 		req := newRequest(name + strings.Repeat("x", 2<<10))
 		req.Timeout = timeout
 		return req
 	}
-	t.Run("bound of 1", func(t *testing.T) {
+	call := func(ctx context.Context, p *Pool, addr string, req *protocol.Message, done chan<- error) {
+		resp, err := p.RoundTrip(ctx, addr, req)
+		p.Release(resp)
+		done <- err
+	}
+	t.Run("bound of 1 beside a small call", func(t *testing.T) {
 		bs := startBlockingServer(t, ServerConfig{})
 		p := newPool(t, Config{LargeMessage: 1 << 10})
 		ctx := testCtx(t)
+		small := make(chan error, 2)
+		go call(ctx, p, bs.addr, newRequest("small"), small)
+		if got := waitFor(t, bs.entered, "the first small request's handler"); got != "small" {
+			t.Fatalf("handler entered for %.10q, want the small request", got)
+		}
 		first := make(chan error, 1)
-		go func() {
-			resp, err := p.RoundTrip(ctx, bs.addr, largeReq("first", 0))
-			p.Release(resp)
-			first <- err
-		}()
+		go call(ctx, p, bs.addr, largeReq("first", 0), first)
 		waitFor(t, bs.entered, "the first large request's handler")
 
 		_, err := p.RoundTrip(ctx, bs.addr, largeReq("budget", 50*time.Millisecond))
@@ -41,18 +49,15 @@ func TestLargeInFlight(t *testing.T) {
 		cancel()
 		wantStatus(t, err, protocol.StatusClientTimeout, false, true)
 
-		small := make(chan error, 1)
-		go func() {
-			resp, err := p.RoundTrip(ctx, bs.addr, newRequest("small"))
-			p.Release(resp)
-			small <- err
-		}()
-		if got := waitFor(t, bs.entered, "the small request's handler"); got != "small" {
+		go call(ctx, p, bs.addr, newRequest("small"), small)
+		if got := waitFor(t, bs.entered, "the second small request's handler"); got != "small" {
 			t.Fatalf("handler entered for %.10q, want the small request (the waiting large ones must not be sent)", got)
 		}
 		close(bs.release)
-		if err := waitFor(t, small, "the small call"); err != nil {
-			t.Fatalf("small call: %v", err)
+		for range 2 {
+			if err := waitFor(t, small, "a small call"); err != nil {
+				t.Fatalf("small call: %v", err)
+			}
 		}
 		if err := waitFor(t, first, "the first large call"); err != nil {
 			t.Fatalf("first large call: %v", err)
@@ -65,31 +70,73 @@ func TestLargeInFlight(t *testing.T) {
 		if got := waitFor(t, bs.entered, "the third large request's handler"); !strings.HasPrefix(got, "third") {
 			t.Fatalf("handler entered for %.10q, want the third large request", got)
 		}
-		if n := bs.ran.Load(); n != 3 {
-			t.Errorf("the server ran %d requests, want 3 (first, small, third)", n)
+		if n := bs.ran.Load(); n != 4 {
+			t.Errorf("the server ran %d requests, want 4 (two small, first, third)", n)
 		}
 	})
-	t.Run("no bound", func(t *testing.T) {
-		bs := startBlockingServer(t, ServerConfig{})
-		p := newPool(t, Config{LargeMessage: 1 << 10, LargeInFlight: -1})
-		ctx := testCtx(t)
-		done := make(chan error, 2)
-		for _, name := range []string{"a", "b"} {
-			go func() {
-				resp, err := p.RoundTrip(ctx, bs.addr, largeReq(name, 0))
-				p.Release(resp)
-				done <- err
-			}()
-		}
-		waitFor(t, bs.entered, "one large request's handler")
-		waitFor(t, bs.entered, "the other large request's handler, in flight at once")
-		close(bs.release)
-		for range 2 {
-			if err := waitFor(t, done, "a large call"); err != nil {
-				t.Fatalf("large call: %v", err)
+	t.Run("bound of 1 after a small call", func(t *testing.T) {
+		// Small calls are answered at once; large ones wait for release.
+		release := make(chan struct{})
+		entered := make(chan struct{}, 2)
+		ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+			if !strings.HasPrefix(string(req.Payload), "small") {
+				entered <- struct{}{}
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
 			}
+			resp.Payload = append(resp.Payload[:0], req.Payload...)
+		}), ServerConfig{})
+		p := newPool(t, Config{LargeMessage: 1 << 10})
+		ctx := testCtx(t)
+		first := make(chan error, 1)
+		go call(ctx, p, ts.addr, largeReq("first", 0), first)
+		waitFor(t, entered, "the first large request's handler")
+		resp, err := p.RoundTrip(ctx, ts.addr, newRequest("small"))
+		if err != nil {
+			t.Fatalf("small call: %v", err)
+		}
+		p.Release(resp)
+		// No small call waits for its answer now, but one was made since
+		// the first large request went.
+		_, err = p.RoundTrip(ctx, ts.addr, largeReq("second", 50*time.Millisecond))
+		wantStatus(t, err, protocol.StatusClientTimeout, false, true)
+		close(release)
+		if err := waitFor(t, first, "the first large call"); err != nil {
+			t.Fatalf("first large call: %v", err)
+		}
+		select {
+		case <-entered:
+			t.Fatal("the server ran the second large request: it was sent without a slot")
+		default:
 		}
 	})
+	for _, tc := range []struct {
+		name  string
+		bound int
+	}{
+		{"no small call in flight", 0},
+		{"no bound", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bs := startBlockingServer(t, ServerConfig{})
+			p := newPool(t, Config{LargeMessage: 1 << 10, LargeInFlight: tc.bound})
+			ctx := testCtx(t)
+			done := make(chan error, 2)
+			for _, name := range []string{"a", "b"} {
+				go call(ctx, p, bs.addr, largeReq(name, 0), done)
+			}
+			waitFor(t, bs.entered, "one large request's handler")
+			waitFor(t, bs.entered, "the other large request's handler, in flight at once")
+			close(bs.release)
+			for range 2 {
+				if err := waitFor(t, done, "a large call"); err != nil {
+					t.Fatalf("large call: %v", err)
+				}
+			}
+		})
+	}
 }
 
 // TestPacerGivesUp: acquire gives up, on a full endpoint or in the pause between large
@@ -117,14 +164,15 @@ func TestPacerGivesUp(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// A small call is waiting for its answer: large
+				// requests are bounded and paced.
+				e.slots[0].Store(&clientConn{pending: map[uint64]*call{1: {}}})
 				want := 0
 				if wait == "slot" {
 					e.pace.slots <- struct{}{} // the only slot is taken
 					want = 1
 				} else {
-					// A small call is waiting for its answer, and the
-					// previous large request asked for a long pause.
-					e.slots[0].Store(&clientConn{pending: map[uint64]*call{1: {}}})
+					// The previous large request asked for a long pause.
 					e.pace.next.Store(e.pace.clock() + int64(time.Hour))
 				}
 				ctx, cancel := tc.ctx()
@@ -256,7 +304,7 @@ func TestPacingKeepsLargeRequestsToTheirShare(t *testing.T) {
 		return float64(rounds*d) / float64(now)
 	}
 	const share = 0.25
-	paced := newPacer(&Config{LargeMessage: 1, LargeInFlight: -1, LargeShare: share}, "a", func() bool { return true }, nil)
+	paced := newPacer(&Config{LargeMessage: 1, LargeInFlight: -1, LargeShare: share}, "a", func() bool { return true }, func() uint32 { return 0 }, nil)
 	if paced == nil || paced.getShare() != share || paced.adaptive {
 		t.Fatalf("newPacer made %+v for LargeShare %v", paced, share)
 	}
@@ -276,7 +324,7 @@ func TestPacingKeepsLargeRequestsToTheirShare(t *testing.T) {
 // widens, up to no pacing, while that p99 is well under the target; in
 // between it stays.
 func TestAdaptiveShare(t *testing.T) {
-	p := newPacer(&Config{LargeMessage: 1, LargeInFlight: 1, LargeSlowdown: 2.5}, "a", func() bool { return true }, nil)
+	p := newPacer(&Config{LargeMessage: 1, LargeInFlight: 1, LargeSlowdown: 2.5}, "a", func() bool { return true }, func() uint32 { return 0 }, nil)
 	if p == nil || !p.adaptive || p.getShare() != initialShare {
 		t.Fatalf("newPacer made %+v for LargeShare 0, want an adaptive share from %v", p, initialShare)
 	}
@@ -319,7 +367,7 @@ func TestAdaptiveShare(t *testing.T) {
 	if pause := p.pauseAt(int64(time.Millisecond)); pause > 0 {
 		t.Errorf("a share of 1 left a pause of %v", pause)
 	}
-	if fixed := newPacer(&Config{LargeMessage: 1, LargeInFlight: 1, LargeShare: 0.5}, "a", func() bool { return true }, nil); fixed.adaptive {
+	if fixed := newPacer(&Config{LargeMessage: 1, LargeInFlight: 1, LargeShare: 0.5}, "a", func() bool { return true }, func() uint32 { return 0 }, nil); fixed.adaptive {
 		t.Errorf("LargeShare 0.5 made an adaptive pacer")
 	}
 }

@@ -122,11 +122,11 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 		i = p.cfg.ConnsPerAddr
 		if e.pace != nil {
 			start = time.Now()
-			sent, err := e.pace.acquire(ctx, start, req.Timeout)
+			turn, err := e.pace.acquire(ctx, start, req.Timeout)
 			if err != nil {
 				return nil, err
 			}
-			defer e.pace.release(sent)
+			defer e.pace.release(turn)
 		}
 	} else {
 		n := e.rr.Add(1)
@@ -246,7 +246,7 @@ func (p *Pool) endpoint(addr string) (*endpoint, error) {
 		n++ // the last slot carries the large requests
 	}
 	e := &endpoint{p: p, addr: addr, slots: make([]atomic.Pointer[clientConn], n)}
-	e.pace = newPacer(&p.cfg, addr, e.smallInFlight, p.ctx.Done())
+	e.pace = newPacer(&p.cfg, addr, e.smallInFlight, e.rr.Load, p.ctx.Done())
 	m := make(map[string]*endpoint, len(old)+1)
 	for k, v := range old {
 		m[k] = v

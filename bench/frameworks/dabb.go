@@ -23,7 +23,7 @@ import (
 func Dabb() Framework {
 	return Framework{
 		Name:  "dabb",
-		Setup: "dabb (this repo), a method with no directives (not idempotent: an idempotency key per call; the default 1 s budget), rpcgen stub, proxy.Client defaults (2 multiplexed conns; requests of 64 KiB or more on a third, one at a time, paced while small calls are in flight to a share of the time that adapts to keep their p99 near 2.5× its value without them), protobuf",
+		Setup: "dabb (this repo), a method with no directives (not idempotent: an idempotency key per call; the default 1 s budget), rpcgen stub, proxy.Client defaults (2 multiplexed conns; requests of 64 KiB or more on a third, one at a time beside small calls, paced while small calls are in flight to a share of the time that adapts to keep their p99 near 2.5× its value without them), protobuf",
 		Serve: func(l net.Listener) (io.Closer, error) { return serveDabb(l) },
 		Dial:  func(addr string) (Client, error) { return dialDabb(addr, false) },
 	}
