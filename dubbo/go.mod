@@ -1,0 +1,7 @@
+module github.com/dabbrpc/dabb/dubbo
+
+go 1.26.0
+
+require github.com/dabbrpc/dabb v0.0.0-00010101000000-000000000000
+
+replace github.com/dabbrpc/dabb => ../
