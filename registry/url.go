@@ -46,11 +46,13 @@ var (
 )
 
 // knownSchemes names the package that registers each of dabb's schemes, for
-// the error Open returns when that package is not linked in.
+// the error Open returns when that package is not linked in. zookeeper is
+// Dubbo's own layout, registered by the dubbo module.
 var knownSchemes = map[string]string{
-	"etcd":   "github.com/dabbrpc/dabb/registry/etcd",
-	"static": "github.com/dabbrpc/dabb/registry/static",
-	"zk":     "github.com/dabbrpc/dabb/registry/zk",
+	"etcd":      "github.com/dabbrpc/dabb/registry/etcd",
+	"static":    "github.com/dabbrpc/dabb/registry/static",
+	"zk":        "github.com/dabbrpc/dabb/registry/zk",
+	"zookeeper": "github.com/dabbrpc/dabb/dubbo",
 }
 
 // RegisterScheme makes a backend available to [Open] under a URL scheme.

@@ -22,6 +22,7 @@ func TestOpen(t *testing.T) {
 		{url: "static://127.0.0.1:20880,127.0.0.1:20881"},
 		{url: "zk://127.0.0.1:2181/services", wantErr: `import _ "github.com/dabbrpc/dabb/registry/zk"`, is: registry.ErrUnknownScheme},
 		{url: "etcd://127.0.0.1:2379", wantErr: `import _ "github.com/dabbrpc/dabb/registry/etcd"`, is: registry.ErrUnknownScheme},
+		{url: "zookeeper://127.0.0.1:2181", wantErr: `import _ "github.com/dabbrpc/dabb/dubbo"`, is: registry.ErrUnknownScheme},
 		{url: "consul://127.0.0.1:8500", wantErr: "registered: ", is: registry.ErrUnknownScheme},
 		{url: "127.0.0.1:2379", wantErr: "no scheme"},
 		{url: "static://", wantErr: "no addresses", is: registry.ErrInvalid},
