@@ -1,0 +1,462 @@
+// Watching Dubbo providers: the providers node of an interface, filtered as Java's consumers filter it.
+
+package dubbo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dabbrpc/dabb/registry"
+	gozk "github.com/go-zookeeper/zk"
+)
+
+// reader is the session Watch reads through: one per Registry, made at
+// the first Watch. Only the names of the provider nodes are read: Dubbo's
+// URLs are the names, whatever the data.
+type reader struct {
+	r    *Registry
+	conn *gozk.Conn
+	done chan struct{} // closed by close
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex    // guards following
+	stateCh  chan struct{} // closed and replaced at each session event
+	live     bool          // the client has a session
+	downs    int           // counts session losses; downAt reports only the latest
+	downAt   *time.Timer   // reports an outage once the session has been down for the session timeout
+	down     bool          // the outage was reported
+	watchers map[*watcher]struct{}
+}
+
+// readerFor returns r's reader, connecting on first use.
+func (r *Registry) readerFor() (*reader, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, registry.ErrClosed
+	}
+	if r.reader != nil {
+		return r.reader, nil
+	}
+	rd := &reader{r: r, done: make(chan struct{}), stateCh: make(chan struct{}), watchers: make(map[*watcher]struct{})}
+	conn, events, err := gozk.Connect(r.cfg.Servers, r.cfg.SessionTimeout,
+		gozk.WithLogger(clientLogger{r.log}), gozk.WithLogInfo(false), gozk.WithEventCallback(rd.onEvent))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", strings.Join(r.cfg.Servers, ","), err)
+	}
+	rd.conn = conn
+	rd.wg.Go(func() {
+		for range events { // lossy and unused: session events come through onEvent
+		}
+	})
+	r.reader = rd
+	return rd, nil
+}
+
+// onEvent follows the session; the client calls it in order, and it must
+// not block.
+func (rd *reader) onEvent(ev gozk.Event) {
+	if ev.Type != gozk.EventSession {
+		return
+	}
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	close(rd.stateCh)
+	rd.stateCh = make(chan struct{})
+	switch {
+	case ev.State == gozk.StateHasSession:
+		rd.live, rd.down = true, false
+		if rd.downAt != nil {
+			rd.downAt.Stop()
+			rd.downAt = nil
+		}
+	case rd.live:
+		rd.live = false
+		rd.downs++
+		n := rd.downs
+		rd.downAt = time.AfterFunc(rd.r.cfg.SessionTimeout, func() { rd.outage(n) })
+	}
+}
+
+// outage tells the watchers that the session, lost for the n-th time, has
+// been down for the session timeout, unless it came back meanwhile.
+func (rd *reader) outage(n int) {
+	rd.mu.Lock()
+	if rd.live || rd.downs != n || rd.isClosed() {
+		rd.mu.Unlock()
+		return
+	}
+	rd.down = true
+	ws := make([]*watcher, 0, len(rd.watchers))
+	for w := range rd.watchers {
+		ws = append(ws, w)
+	}
+	rd.mu.Unlock()
+	rd.r.log.Warn("no session with ZooKeeper for the session timeout; watchers report an outage and keep their last sets",
+		"servers", strings.Join(rd.r.cfg.Servers, ","), "watchers", len(ws))
+	for _, w := range ws {
+		w.outage()
+	}
+}
+
+func (rd *reader) isClosed() bool {
+	select {
+	case <-rd.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// spawn runs f on a goroutine close waits for, unless close has begun.
+func (rd *reader) spawn(f func()) bool {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if rd.isClosed() {
+		return false
+	}
+	rd.wg.Go(f)
+	return true
+}
+
+// waitSession waits until the client has a live session.
+func (rd *reader) waitSession(ctx context.Context) error {
+	for {
+		rd.mu.Lock()
+		ch := rd.stateCh
+		rd.mu.Unlock()
+		if rd.isClosed() {
+			return registry.ErrClosed
+		}
+		st := rd.conn.State()
+		if st == gozk.StateHasSession {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-rd.done:
+			return registry.ErrClosed
+		case <-ctx.Done():
+			return fmt.Errorf("%w: no session with %s (state %v): %w",
+				registry.ErrUnavailable, strings.Join(rd.r.cfg.Servers, ","), st, ctx.Err())
+		}
+	}
+}
+
+// close stops the watchers and ends the session.
+func (rd *reader) close() {
+	rd.mu.Lock()
+	close(rd.done)
+	if rd.downAt != nil {
+		rd.downAt.Stop()
+	}
+	ws := make([]*watcher, 0, len(rd.watchers))
+	for w := range rd.watchers {
+		ws = append(ws, w)
+	}
+	rd.mu.Unlock()
+	for _, w := range ws {
+		w.Stop()
+	}
+	rd.conn.Close()
+	rd.wg.Wait()
+}
+
+// Watch follows the Dubbo providers of service, a Dubbo service key
+// [group/]interface[:version]: the children of
+// {Root}/{interface}/providers that Java's UrlUtils.isMatch would give a
+// consumer of that key (see the package's docs/dubbo.md), and of protocol
+// dubbo. Each becomes an instance whose ID is the node's name, Addr the
+// URL's address, Weight the URL's weight and Metadata the URL's other
+// parameters, by their Dubbo names. ctx bounds only this call, as
+// RequestTimeout does; the watch lasts until Stop or Close.
+func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher, error) {
+	key, err := parseServiceKey(service)
+	if err != nil {
+		return nil, fmt.Errorf("dubbo: watch: %w", err)
+	}
+	rd, err := r.readerFor()
+	if err != nil {
+		return nil, fmt.Errorf("dubbo: watch %s: %w", service, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	defer cancel()
+	wctx, wcancel := context.WithCancel(context.Background())
+	w := &watcher{
+		rd:      rd,
+		key:     key,
+		service: service,
+		path:    r.servicePath(key.iface) + "/" + categoryProviders,
+		ctx:     wctx,
+		cancel:  wcancel,
+		kick:    make(chan struct{}, 1),
+		changed: make(chan struct{}),
+		fresh:   true,
+	}
+	type result struct {
+		list   []registry.Instance
+		events <-chan gozk.Event
+		err    error
+	}
+	res := make(chan result, 1)
+	// The client's calls take no context: the first read runs on its own,
+	// and ctx bounds the wait for it.
+	if !rd.spawn(func() {
+		if err := rd.waitSession(ctx); err != nil {
+			res <- result{err: err}
+			return
+		}
+		list, events, err := w.load()
+		res <- result{list, events, err}
+	}) {
+		wcancel()
+		return nil, fmt.Errorf("dubbo: watch %s: %w", service, registry.ErrClosed)
+	}
+	var first result
+	select {
+	case first = <-res:
+	case <-ctx.Done():
+		first.err = fmt.Errorf("%w: %w", registry.ErrUnavailable, ctx.Err())
+	}
+	if first.err != nil {
+		wcancel()
+		return nil, fmt.Errorf("dubbo: watch %s: %w", service, first.err)
+	}
+	w.cur, w.synced = first.list, true
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if rd.isClosed() {
+		wcancel()
+		return nil, fmt.Errorf("dubbo: watch %s: %w", service, registry.ErrClosed)
+	}
+	rd.watchers[w] = struct{}{}
+	if rd.down {
+		w.outage()
+	}
+	rd.wg.Go(func() { w.run(first.events) })
+	return w, nil
+}
+
+// watcher is a registry.Watcher of one Dubbo service key.
+type watcher struct {
+	rd      *reader
+	key     serviceKey
+	service string
+	path    string
+	ctx     context.Context // ends with Stop
+	cancel  context.CancelFunc
+	kick    chan struct{} // cap 1: wakes run to read again after an outage
+
+	mu      sync.Mutex // guards following
+	cur     []registry.Instance
+	synced  bool          // cur was read since the last outage
+	down    error         // the outage not yet reported by Next
+	outages int           // counts outages, so that a read begun before one is not taken for after
+	changed chan struct{} // closed and replaced when the fields above change
+	last    []registry.Instance
+	fresh   bool // Next returns the set even if unchanged: at first and after an outage
+
+	skipped map[string]bool // run's alone: node names logged as undecodable
+}
+
+// Next returns the current set the first time, then blocks until the set
+// differs from the one it last returned. After the session has been down
+// for the session timeout it returns an error wrapping
+// registry.ErrUnavailable once; the next call returns the full set once
+// the session is back and the set has been read again.
+func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
+	for {
+		if w.ctx.Err() != nil {
+			return nil, registry.ErrWatcherStopped
+		}
+		w.mu.Lock()
+		if err := w.down; err != nil {
+			w.down, w.fresh = nil, true
+			w.mu.Unlock()
+			return nil, err
+		}
+		if w.synced && (w.fresh || !registry.EqualSets(w.cur, w.last)) {
+			w.last, w.fresh = w.cur, false
+			out := slices.Clone(w.cur)
+			w.mu.Unlock()
+			return out, nil
+		}
+		changed := w.changed
+		w.mu.Unlock()
+		select {
+		case <-changed:
+		case <-w.ctx.Done():
+			return nil, registry.ErrWatcherStopped
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Stop ends the watch; Next returns registry.ErrWatcherStopped.
+func (w *watcher) Stop() {
+	w.cancel()
+	w.rd.mu.Lock()
+	delete(w.rd.watchers, w)
+	w.rd.mu.Unlock()
+}
+
+// outage marks the set as out of date, for Next to report, and makes run
+// read it again once the session is back.
+func (w *watcher) outage() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.synced {
+		return
+	}
+	w.synced = false
+	w.outages++
+	w.down = fmt.Errorf("dubbo: watching %s: %w: no session with ZooKeeper for the session timeout (%v)",
+		w.service, registry.ErrUnavailable, w.rd.r.cfg.SessionTimeout)
+	close(w.changed)
+	w.changed = make(chan struct{})
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run reads the set again after each event of the child watch, re-arming
+// it, and after an outage. While ZooKeeper is unreachable it keeps the
+// last set: the client restores its watches on reconnection, and a session
+// expiry ends them with an event, after which run waits for the new
+// session and reads again.
+func (w *watcher) run(events <-chan gozk.Event) {
+	const minDelay, maxDelay = 100 * time.Millisecond, 2 * time.Second
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		select {
+		case <-events:
+		case <-w.kick:
+		case <-w.ctx.Done():
+			return
+		}
+		for delay := minDelay; ; delay = min(2*delay, maxDelay) {
+			if err := w.rd.waitSession(w.ctx); err != nil {
+				return // stopped or closed
+			}
+			outages := w.outageCount()
+			list, next, err := w.load()
+			if w.ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				events = next
+				if w.publish(list, outages) {
+					break
+				}
+				continue // an outage was reported while reading: read again
+			}
+			w.rd.r.log.Debug("watch: read failed; keeping the last set", "path", w.path, "err", err, "retry_in", delay)
+			retry.Reset(delay)
+			select {
+			case <-retry.C:
+			case <-w.ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// load sets a watch on the providers node's children (or on its creation
+// while it does not exist) and returns the matching providers, sorted by
+// ID.
+func (w *watcher) load() ([]registry.Instance, <-chan gozk.Event, error) {
+	conn := w.rd.conn
+	for range 5 {
+		children, _, events, err := conn.ChildrenW(w.path)
+		if errors.Is(err, gozk.ErrNoNode) {
+			exists, _, created, err := conn.ExistsW(w.path)
+			if err != nil {
+				return nil, nil, err
+			}
+			if exists {
+				continue // created in between: watch its children
+			}
+			return []registry.Instance{}, created, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		list := make([]registry.Instance, 0, len(children))
+		for _, child := range children {
+			if in, ok := w.decode(child); ok {
+				list = append(list, in)
+			}
+		}
+		slices.SortFunc(list, registry.CompareInstances)
+		return list, events, nil
+	}
+	return nil, nil, fmt.Errorf("%s appeared and vanished 5 times", w.path)
+}
+
+// decode makes an instance of a provider node's name, if it is a provider
+// the key matches.
+func (w *watcher) decode(child string) (registry.Instance, bool) {
+	raw, err := zkDecode(child)
+	var u providerURL
+	if err == nil {
+		u, err = parseProviderURL(raw)
+	}
+	if err != nil {
+		if w.skipped == nil {
+			w.skipped = make(map[string]bool)
+		}
+		if !w.skipped[child] {
+			w.skipped[child] = true
+			w.rd.r.log.Warn("skipping a provider node that is not a Dubbo URL", "path", w.path+"/"+child, "err", err)
+		}
+		return registry.Instance{}, false
+	}
+	if !w.key.matches(u) {
+		return registry.Instance{}, false
+	}
+	return providerInstance(w.service, child, u), true
+}
+
+func (w *watcher) outageCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.outages
+}
+
+// publish makes list, read after the outages-th outage, the current set.
+// It returns false when an outage was reported since: list may be older.
+func (w *watcher) publish(list []registry.Instance, outages int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.outages != outages {
+		return false
+	}
+	if w.synced && registry.EqualSets(w.cur, list) {
+		return true
+	}
+	w.cur, w.synced = list, true
+	close(w.changed)
+	w.changed = make(chan struct{})
+	return true
+}
+
+// clientLogger routes the ZooKeeper client's messages to slog at debug
+// level: its connection attempts repeat every second while a server is
+// down.
+type clientLogger struct{ log *slog.Logger }
+
+func (l clientLogger) Printf(format string, args ...any) {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug("zookeeper client: " + fmt.Sprintf(format, args...))
+	}
+}
