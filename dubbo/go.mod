@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/dabbrpc/dabb v0.0.0-00010101000000-000000000000
 	github.com/go-zookeeper/zk v1.0.4
+	go.uber.org/goleak v1.3.0
 )
 
 require golang.org/x/sync v0.25.0 // indirect
