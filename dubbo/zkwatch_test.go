@@ -1,0 +1,256 @@
+package dubbo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb/internal/zktest"
+	"github.com/dabbrpc/dabb/registry"
+	gozk "github.com/go-zookeeper/zk"
+)
+
+// writeJavaProvider creates a provider node as Java's ZookeeperRegistry
+// does: persistent parents, an ephemeral node named by the encoded URL,
+// holding the host's address as Curator's default data. It returns the
+// node's name.
+func writeJavaProvider(t *testing.T, conn *gozk.Conn, iface, rawURL string) string {
+	t.Helper()
+	acl := gozk.WorldACL(gozk.PermAll)
+	p := ""
+	for _, part := range []string{"dubbo", iface, "providers"} {
+		p += "/" + part
+		if _, err := conn.Create(p, nil, 0, acl); err != nil && !errors.Is(err, gozk.ErrNodeExists) {
+			t.Fatalf("create %s: %v", p, err)
+		}
+	}
+	name := zkEncode(rawURL)
+	if _, err := conn.Create(p+"/"+name, []byte("127.0.0.1"), gozk.FlagEphemeral, acl); err != nil {
+		t.Fatalf("create provider %s: %v", rawURL, err)
+	}
+	return name
+}
+
+// addrs returns the addresses of a set, in its order.
+func addrs(set []registry.Instance) []string {
+	out := make([]string, len(set))
+	for i, in := range set {
+		out[i] = in.Addr
+	}
+	return out
+}
+
+// nextSet calls Next within d until the set has the addresses want (in
+// ID order, as Next sorts), and returns it.
+func nextSet(t *testing.T, w registry.Watcher, d time.Duration, step string, want ...string) []registry.Instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var last []registry.Instance
+	for {
+		got, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("%s: no set with %v within %v (last %v): %v", step, want, d, addrs(last), err)
+		}
+		if sameAddrs(addrs(got), want) {
+			return got
+		}
+		last = got
+	}
+}
+
+func sameAddrs(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := make(map[string]int)
+	for _, x := range a {
+		seen[x]++
+	}
+	for _, x := range b {
+		seen[x]--
+	}
+	for _, n := range seen {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func TestWatchFiltersAsJavaConsumers(t *testing.T) {
+	zs := zktest.Shared(t)
+	conn := rawConn(t, zs.Addr())
+	iface := ifaceFor(t)
+	base := "://10.0.0.%d:20880/" + iface + "?application=java-app&interface=" + iface + "&side=provider"
+	url := func(proto string, n int, extra string) string {
+		return proto + fmt.Sprintf(base, n) + extra
+	}
+	plain := writeJavaProvider(t, conn, iface, url("dubbo", 1, "&weight=50"))
+	writeJavaProvider(t, conn, iface, url("dubbo", 2, "&group=g1&version=1.0"))
+	writeJavaProvider(t, conn, iface, url("dubbo", 3, "&group=g1&version=2.0"))
+	writeJavaProvider(t, conn, iface, url("dubbo", 4, "&enabled=false"))
+	writeJavaProvider(t, conn, iface, url("dubbo", 5, "&category=configurators"))
+	writeJavaProvider(t, conn, iface, url("rest", 6, ""))
+	if _, err := conn.Create("/dubbo/"+iface+"/providers/not-a-url", nil, gozk.FlagEphemeral, gozk.WorldACL(gozk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+
+	r := newTestRegistry(t, "zookeeper://"+zs.Addr())
+	for key, want := range map[string][]string{
+		iface:                 {"10.0.0.1:20880"},
+		"g1/" + iface + ":1.0": {"10.0.0.2:20880"},
+		"g1/" + iface + ":*":   {"10.0.0.2:20880", "10.0.0.3:20880"},
+		"*/" + iface + ":*":    {"10.0.0.1:20880", "10.0.0.2:20880", "10.0.0.3:20880"},
+		"g2/" + iface + ":1.0": {},
+		iface + ":1.0":         {},
+	} {
+		w, err := r.Watch(context.Background(), key)
+		if err != nil {
+			t.Fatalf("Watch(%s): %v", key, err)
+		}
+		got, err := w.Next(context.Background())
+		w.Stop()
+		if err != nil {
+			t.Fatalf("Next(%s): %v", key, err)
+		}
+		if !sameAddrs(addrs(got), want) {
+			t.Errorf("key %s: providers %v, want %v", key, addrs(got), want)
+		}
+		for _, in := range got {
+			if in.Service != key {
+				t.Errorf("key %s: instance of service %q", key, in.Service)
+			}
+		}
+	}
+
+	w, err := r.Watch(context.Background(), iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	got, err := w.Next(context.Background())
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Next: %v, %v", got, err)
+	}
+	in := got[0]
+	if in.ID != plain || in.Weight != 50 {
+		t.Errorf("instance ID %q weight %d, want the node's name and 50", in.ID, in.Weight)
+	}
+	if in.Metadata["application"] != "java-app" || in.Metadata["side"] != "provider" || in.Metadata["interface"] != iface {
+		t.Errorf("metadata %v: want the URL's parameters", in.Metadata)
+	}
+}
+
+func TestWatchFollowsProviders(t *testing.T) {
+	zs := zktest.Shared(t)
+	conn := rawConn(t, zs.Addr())
+	iface := ifaceFor(t)
+	consumer := newTestRegistry(t, "zookeeper://"+zs.Addr())
+	// Nothing under /dubbo/{iface} yet: an empty set, and a watch on the
+	// node's creation.
+	w, err := consumer.Watch(context.Background(), iface+":1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	nextSet(t, w, time.Second, "nothing yet")
+
+	java := writeJavaProvider(t, conn, iface, "dubbo://10.0.0.9:20880/"+iface+"?interface="+iface+"&version=1.0")
+	nextSet(t, w, 5*time.Second, "a Java provider", "10.0.0.9:20880")
+
+	// dabb's own export, published by another Registry, read back.
+	provider := newTestRegistry(t, "zookeeper://"+zs.Addr())
+	in := export(iface, "127.0.0.1:20880", map[string]string{MetaVersion: "1.0", MetaApplication: "inventory"})
+	in.Weight = 7
+	if err := provider.Register(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	set := nextSet(t, w, 5*time.Second, "dabb's export", "10.0.0.9:20880", "127.0.0.1:20880")
+	for _, got := range set {
+		if got.Addr != in.Addr {
+			continue
+		}
+		if got.Weight != 7 || got.Metadata["methods"] != "deduct,stock" || got.Metadata["application"] != "inventory" {
+			t.Errorf("dabb's export read back as %+v", got)
+		}
+	}
+
+	if err := conn.Delete("/dubbo/"+iface+"/providers/"+java, -1); err != nil {
+		t.Fatal(err)
+	}
+	nextSet(t, w, 5*time.Second, "the Java provider gone", "127.0.0.1:20880")
+	if err := provider.Close(); err != nil {
+		t.Fatal(err)
+	}
+	nextSet(t, w, 5*time.Second, "dabb's provider closed")
+}
+
+func TestCacheOverDubboLayout(t *testing.T) {
+	zs := zktest.Shared(t)
+	conn := rawConn(t, zs.Addr())
+	iface := ifaceFor(t)
+	writeJavaProvider(t, conn, iface, "dubbo://10.0.0.7:20880/"+iface+"?interface="+iface+"&version=2.1")
+	r := newTestRegistry(t, "zookeeper://"+zs.Addr())
+	c := registry.NewCache(r, registry.CacheConfig{Logger: testLogger(t)})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := c.Instances(ctx, iface+":2.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameAddrs(addrs(got), []string{"10.0.0.7:20880"}) {
+		t.Errorf("cache: %v", addrs(got))
+	}
+}
+
+func TestWatchReportsOutageAndResumes(t *testing.T) {
+	zs := zktest.Shared(t)
+	conn := rawConn(t, zs.Addr())
+	iface := ifaceFor(t)
+	writeJavaProvider(t, conn, iface, "dubbo://10.0.0.8:20880/"+iface+"?interface="+iface)
+	proxy := startCutter(t, zs.Addr())
+	const session = 1200 * time.Millisecond
+	r := newTestRegistry(t, "zookeeper://"+proxy.l.Addr().String()+"?session="+strconv.Itoa(int(session/time.Millisecond)))
+	w, err := r.Watch(context.Background(), iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	nextSet(t, w, time.Second, "before the cut", "10.0.0.8:20880")
+
+	proxy.Cut()
+	ctx, cancel := context.WithTimeout(context.Background(), session+3*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := w.Next(ctx); !errors.Is(err, registry.ErrUnavailable) {
+		t.Fatalf("Next during the cut = %v, want ErrUnavailable", err)
+	}
+	if took := time.Since(start); took < session/2 {
+		t.Errorf("outage reported after %v, before the session timeout %v", took, session)
+	}
+	// A provider that arrives during the outage is seen once the
+	// session is back.
+	writeJavaProvider(t, conn, iface, "dubbo://10.0.0.9:20880/"+iface+"?interface="+iface)
+	proxy.Restore()
+	nextSet(t, w, 10*time.Second, "after the cut", "10.0.0.8:20880", "10.0.0.9:20880")
+}
+
+func TestWatchRefusesBadKeys(t *testing.T) {
+	r := newTestRegistry(t, "zookeeper://127.0.0.1:1")
+	for _, key := range []string{"", "g/", "a/b/c"} {
+		if _, err := r.Watch(context.Background(), key); !errors.Is(err, registry.ErrInvalid) {
+			t.Errorf("Watch(%q) = %v, want ErrInvalid", key, err)
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Watch(context.Background(), "com.x.G"); !errors.Is(err, registry.ErrClosed) {
+		t.Errorf("Watch after Close = %v, want ErrClosed", err)
+	}
+}
