@@ -101,7 +101,7 @@ func TestWatchFiltersAsJavaConsumers(t *testing.T) {
 
 	r := newTestRegistry(t, "zookeeper://"+zs.Addr())
 	for key, want := range map[string][]string{
-		iface:                 {"10.0.0.1:20880"},
+		iface:                  {"10.0.0.1:20880"},
 		"g1/" + iface + ":1.0": {"10.0.0.2:20880"},
 		"g1/" + iface + ":*":   {"10.0.0.2:20880", "10.0.0.3:20880"},
 		"*/" + iface + ":*":    {"10.0.0.1:20880", "10.0.0.2:20880", "10.0.0.3:20880"},
