@@ -3,6 +3,7 @@
 package dubbo
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -122,7 +123,7 @@ func parseProviderURL(s string) (providerURL, error) {
 	if at := strings.LastIndexByte(s, '@'); at >= 0 {
 		s = s[at+1:] // credentials are not the address
 	}
-	if _, _, err := net.SplitHostPort(s); err != nil {
+	if _, _, err := splitAddr(s); err != nil {
 		return u, fmt.Errorf("address %q: %w", s, err)
 	}
 	u.addr = s
@@ -140,6 +141,26 @@ func parseProviderURL(s string) (providerURL, error) {
 		}
 	}
 	return u, nil
+}
+
+// splitAddr splits a URL's address into host and port; the port is 0
+// when the address has none, as in Java's URL.
+func splitAddr(addr string) (string, int, error) {
+	if addr == "" {
+		return "", 0, errors.New("empty")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		if strings.Contains(err.Error(), "missing port") {
+			return strings.Trim(addr, "[]"), 0, nil
+		}
+		return "", 0, err
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return "", 0, fmt.Errorf("port %q", port)
+	}
+	return host, n, nil
 }
 
 // serviceKey is what a consumer asks for: Dubbo's service key

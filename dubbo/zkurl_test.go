@@ -65,7 +65,7 @@ func TestParseJavaNode(t *testing.T) {
 }
 
 func TestParseProviderURLErrors(t *testing.T) {
-	for _, s := range []string{"", "192.168.1.5:20880/x", "dubbo://no-port/x", "dubbo://[::1/x"} {
+	for _, s := range []string{"", "192.168.1.5:20880/x", "dubbo:///x", "dubbo://h:99999/x", "dubbo://[::1/x"} {
 		if _, err := parseProviderURL(s); err == nil {
 			t.Errorf("parseProviderURL(%q) succeeded", s)
 		}
@@ -73,6 +73,9 @@ func TestParseProviderURLErrors(t *testing.T) {
 	u, err := parseProviderURL("dubbo://[::1]:20880/x?flag&k=a=b")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if u, err := parseProviderURL("override://0.0.0.0/x"); err != nil || u.addr != "0.0.0.0" {
+		t.Errorf("an address without a port: %+v, %v", u, err)
 	}
 	// As Java's URL.valueOf: a part without '=' is its own value; the
 	// first '=' splits.

@@ -169,13 +169,19 @@ func (rd *reader) close() {
 }
 
 // Watch follows the Dubbo providers of service, a Dubbo service key
-// [group/]interface[:version]: the children of
-// {Root}/{interface}/providers that Java's UrlUtils.isMatch would give a
-// consumer of that key (see the package's docs/dubbo.md), and of protocol
-// dubbo. Each becomes an instance whose ID is the node's name, Addr the
-// URL's address, Weight the URL's weight and Metadata the URL's other
-// parameters, by their Dubbo names. ctx bounds only this call, as
-// RequestTimeout does; the watch lasts until Stop or Close.
+// [group/]interface[:version] ("*" for any group or version): the
+// children of {Root}/{interface}/providers that Java's UrlUtils.isMatch
+// gives a consumer of that key, of protocol dubbo. The override URLs
+// under {Root}/{interface}/configurators apply as on a Java consumer: a
+// provider they disable (disabled=true) is left out, and a weight they
+// set is its weight. Each provider becomes an instance whose ID is the
+// node's name, Addr the URL's address, Weight the URL's weight (default
+// 100; 0 becomes 1) and Metadata the URL's other parameters, by their
+// Dubbo names. ctx bounds only this call, as RequestTimeout does; the
+// watch lasts until Stop or Close.
+//
+// registry.Cache refuses a service name with '/': through a Cache, only
+// keys without a group can be followed.
 func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher, error) {
 	key, err := parseServiceKey(service)
 	if err != nil {
@@ -192,7 +198,7 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 		rd:      rd,
 		key:     key,
 		service: service,
-		path:    r.servicePath(key.iface) + "/" + categoryProviders,
+		path:    r.servicePath(key.iface),
 		ctx:     wctx,
 		cancel:  wcancel,
 		kick:    make(chan struct{}, 1),
@@ -201,7 +207,7 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 	}
 	type result struct {
 		list   []registry.Instance
-		events <-chan gozk.Event
+		events watchEvents
 		err    error
 	}
 	res := make(chan result, 1)
@@ -212,7 +218,7 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 			res <- result{err: err}
 			return
 		}
-		list, events, err := w.load()
+		list, events, err := w.load(watchEvents{})
 		res <- result{list, events, err}
 	}) {
 		wcancel()
@@ -248,7 +254,7 @@ type watcher struct {
 	rd      *reader
 	key     serviceKey
 	service string
-	path    string
+	path    string          // the interface's node
 	ctx     context.Context // ends with Stop
 	cancel  context.CancelFunc
 	kick    chan struct{} // cap 1: wakes run to read again after an outage
@@ -332,14 +338,17 @@ func (w *watcher) outage() {
 // last set: the client restores its watches on reconnection, and a session
 // expiry ends them with an event, after which run waits for the new
 // session and reads again.
-func (w *watcher) run(events <-chan gozk.Event) {
+func (w *watcher) run(events watchEvents) {
 	const minDelay, maxDelay = 100 * time.Millisecond, 2 * time.Second
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
 	for {
 		select {
-		case <-events:
+		case <-events.providers:
+			events.providers = nil
+		case <-events.configurators:
+			events.configurators = nil
 		case <-w.kick:
 		case <-w.ctx.Done():
 			return
@@ -349,12 +358,12 @@ func (w *watcher) run(events <-chan gozk.Event) {
 				return // stopped or closed
 			}
 			outages := w.outageCount()
-			list, next, err := w.load()
+			list, next, err := w.load(events)
 			if w.ctx.Err() != nil {
 				return
 			}
+			events = next // the watches set, even by a load that failed half-way
 			if err == nil {
-				events = next
 				if w.publish(list, outages) {
 					break
 				}
@@ -371,60 +380,108 @@ func (w *watcher) run(events <-chan gozk.Event) {
 	}
 }
 
-// load sets a watch on the providers node's children (or on its creation
-// while it does not exist) and returns the matching providers, sorted by
-// ID.
-func (w *watcher) load() ([]registry.Instance, <-chan gozk.Event, error) {
+// load reads the children of the providers and configurators nodes and
+// returns the matching providers, overrides applied, sorted by ID. It sets
+// a watch on each node whose channel in ev is nil (the watch fired, or
+// there was none), on its children or, while it does not exist, on its
+// creation; a watch still set is kept, for the client keeps every watch
+// set until it fires. It returns the channels to wait on.
+func (w *watcher) load(ev watchEvents) ([]registry.Instance, watchEvents, error) {
+	names, provEv, err := w.children(w.path+"/"+categoryProviders, ev.providers)
+	if err != nil {
+		return nil, ev, err
+	}
+	ev.providers = provEv
+	confNames, confEv, err := w.children(w.path+"/"+categoryConfigurators, ev.configurators)
+	if err != nil {
+		return nil, ev, err
+	}
+	ev.configurators = confEv
+	overrides := overridesFor(w.key, confNames, func(name string, err error) {
+		w.skip(w.path+"/"+categoryConfigurators+"/"+name, err)
+	})
+	list := make([]registry.Instance, 0, len(names))
+	for _, child := range names {
+		if in, ok := w.decode(child, overrides); ok {
+			list = append(list, in)
+		}
+	}
+	slices.SortFunc(list, registry.CompareInstances)
+	return list, ev, nil
+}
+
+// watchEvents are the channels of a load's two child watches.
+type watchEvents struct {
+	providers, configurators <-chan gozk.Event
+}
+
+// children returns the children of p and a watch on them, or, while p
+// does not exist, none and a watch on its creation. With a watch set
+// already (armed), it reads the children and returns armed.
+func (w *watcher) children(p string, armed <-chan gozk.Event) ([]string, <-chan gozk.Event, error) {
 	conn := w.rd.conn
-	for range 5 {
-		children, _, events, err := conn.ChildrenW(w.path)
+	if armed != nil {
+		names, _, err := conn.Children(p)
 		if errors.Is(err, gozk.ErrNoNode) {
-			exists, _, created, err := conn.ExistsW(w.path)
+			return nil, armed, nil
+		}
+		return names, armed, err
+	}
+	for range 5 {
+		names, _, events, err := conn.ChildrenW(p)
+		if errors.Is(err, gozk.ErrNoNode) {
+			exists, _, created, err := conn.ExistsW(p)
 			if err != nil {
 				return nil, nil, err
 			}
 			if exists {
 				continue // created in between: watch its children
 			}
-			return []registry.Instance{}, created, nil
+			return nil, created, nil
 		}
 		if err != nil {
 			return nil, nil, err
 		}
-		list := make([]registry.Instance, 0, len(children))
-		for _, child := range children {
-			if in, ok := w.decode(child); ok {
-				list = append(list, in)
-			}
-		}
-		slices.SortFunc(list, registry.CompareInstances)
-		return list, events, nil
+		return names, events, nil
 	}
-	return nil, nil, fmt.Errorf("%s appeared and vanished 5 times", w.path)
+	return nil, nil, fmt.Errorf("%s appeared and vanished 5 times", p)
 }
 
 // decode makes an instance of a provider node's name, if it is a provider
-// the key matches.
-func (w *watcher) decode(child string) (registry.Instance, bool) {
+// the key matches and no override disables it.
+func (w *watcher) decode(child string, overrides []override) (registry.Instance, bool) {
 	raw, err := zkDecode(child)
 	var u providerURL
 	if err == nil {
 		u, err = parseProviderURL(raw)
 	}
+	if err == nil {
+		if _, port, _ := splitAddr(u.addr); port == 0 {
+			err = fmt.Errorf("address %q has no port", u.addr)
+		}
+	}
 	if err != nil {
-		if w.skipped == nil {
-			w.skipped = make(map[string]bool)
-		}
-		if !w.skipped[child] {
-			w.skipped[child] = true
-			w.rd.r.log.Warn("skipping a provider node that is not a Dubbo URL", "path", w.path+"/"+child, "err", err)
-		}
+		w.skip(w.path+"/"+categoryProviders+"/"+child, err)
 		return registry.Instance{}, false
 	}
 	if !w.key.matches(u) {
 		return registry.Instance{}, false
 	}
+	if u = apply(u, overrides); disabled(u) {
+		return registry.Instance{}, false
+	}
 	return providerInstance(w.service, child, u), true
+}
+
+// skip logs, once per node, a node whose name is not a Dubbo URL.
+func (w *watcher) skip(p string, err error) {
+	if w.skipped == nil {
+		w.skipped = make(map[string]bool)
+	}
+	if !w.skipped[p] {
+		w.skipped[p] = true
+		w.rd.r.log.Warn("skipping a node whose name is not a Dubbo URL", "path", p, "err", err)
+	}
 }
 
 func (w *watcher) outageCount() int {

@@ -254,3 +254,72 @@ func TestWatchRefusesBadKeys(t *testing.T) {
 		t.Errorf("Watch after Close = %v, want ErrClosed", err)
 	}
 }
+
+// writeOverride creates an override URL under configurators, as Dubbo
+// Admin does (persistent), and returns its path.
+func writeOverride(t *testing.T, conn *gozk.Conn, iface, rawURL string) string {
+	t.Helper()
+	acl := gozk.WorldACL(gozk.PermAll)
+	p := ""
+	for _, part := range []string{"dubbo", iface, "configurators"} {
+		p += "/" + part
+		if _, err := conn.Create(p, nil, 0, acl); err != nil && !errors.Is(err, gozk.ErrNodeExists) {
+			t.Fatalf("create %s: %v", p, err)
+		}
+	}
+	p += "/" + zkEncode(rawURL)
+	if _, err := conn.Create(p, nil, 0, acl); err != nil {
+		t.Fatalf("create override %s: %v", rawURL, err)
+	}
+	return p
+}
+
+func TestWatchAppliesOverrides(t *testing.T) {
+	zs := zktest.Shared(t)
+	conn := rawConn(t, zs.Addr())
+	iface := ifaceFor(t)
+	writeJavaProvider(t, conn, iface, "dubbo://10.0.0.1:20880/"+iface+"?interface="+iface+"&application=a")
+	writeJavaProvider(t, conn, iface, "dubbo://10.0.0.2:20880/"+iface+"?interface="+iface+"&application=a")
+	r := newTestRegistry(t, "zookeeper://"+zs.Addr())
+	w, err := r.Watch(context.Background(), iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	nextSet(t, w, time.Second, "both", "10.0.0.1:20880", "10.0.0.2:20880")
+
+	// Dubbo Admin's "disable" of one provider.
+	disable := writeOverride(t, conn, iface, "override://10.0.0.1:20880/"+iface+"?category=configurators&disabled=true&dynamic=false&enabled=true")
+	nextSet(t, w, time.Second, "10.0.0.1 disabled by an override", "10.0.0.2:20880")
+	if err := conn.Delete(disable, -1); err != nil {
+		t.Fatal(err)
+	}
+	nextSet(t, w, time.Second, "the override gone", "10.0.0.1:20880", "10.0.0.2:20880")
+
+	// An override of another group, one of another application, one
+	// that is not enabled and one for a consumer host (no port) change
+	// nothing: they are written before the weight for one provider, so
+	// the set with that weight was read with them in place.
+	writeOverride(t, conn, iface, "override://0.0.0.0/"+iface+"?category=configurators&group=g9&disabled=true")
+	writeOverride(t, conn, iface, "override://0.0.0.0/"+iface+"?category=configurators&application=b&disabled=true")
+	writeOverride(t, conn, iface, "override://0.0.0.0/"+iface+"?category=configurators&enabled=false&disabled=true")
+	writeOverride(t, conn, iface, "override://10.9.9.9/"+iface+"?category=configurators&disabled=true")
+	writeOverride(t, conn, iface, "override://10.0.0.2:20880/"+iface+"?category=configurators&dynamic=false&weight=200")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		set, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("no set with weight 200 for 10.0.0.2: %v", err)
+		}
+		if len(set) != 2 {
+			t.Fatalf("set %v: an override that should not apply did", addrs(set))
+		}
+		if set[0].Addr == "10.0.0.2:20880" && set[0].Weight == 200 || set[1].Addr == "10.0.0.2:20880" && set[1].Weight == 200 {
+			break
+		}
+	}
+	// One for every host disables both.
+	writeOverride(t, conn, iface, "override://0.0.0.0/"+iface+"?category=configurators&disabled=true&application=a")
+	nextSet(t, w, time.Second, "all disabled")
+}
