@@ -71,7 +71,7 @@ func rawConn(t *testing.T, addr string) *gozk.Conn {
 
 // ifaceFor returns a Java interface name of the test's own.
 func ifaceFor(t *testing.T) string {
-	return "com.example." + strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()) + time.Now().Format("150405000000")
+	return "com.example." + strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()) + strconv.FormatInt(time.Now().UnixNano(), 36)
 }
 
 func export(iface, addr string, md map[string]string) registry.Instance {
