@@ -7,9 +7,10 @@ import (
 	"github.com/dabbrpc/dabb/registry"
 )
 
-// javaNode is a provider node name as Java Dubbo 3 writes it
-// (URLEncoder.encode of URL.toFullString), for an export of
-// org.apache.dubbo.demo.DemoService in group g1, version 1.0.0.
+// javaNode is a provider node name in the form Java Dubbo 3 writes
+// (URLEncoder.encode of URL.toFullString, built by hand by those rules),
+// for an export of org.apache.dubbo.demo.DemoService in group g1, version
+// 1.0.0.
 const javaNode = "dubbo%3A%2F%2F192.168.1.5%3A20880%2Forg.apache.dubbo.demo.DemoService%3F" +
 	"anyhost%3Dtrue%26application%3Ddemo-provider%26deprecated%3Dfalse%26dubbo%3D2.0.2%26dynamic%3Dtrue%26" +
 	"generic%3Dfalse%26group%3Dg1%26interface%3Dorg.apache.dubbo.demo.DemoService%26" +
