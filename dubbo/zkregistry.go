@@ -204,6 +204,15 @@ func (r *Registry) Register(ctx context.Context, in registry.Instance) error {
 		return fmt.Errorf("dubbo: register %s/%s: %w", in.Service, in.ID, err)
 	}
 	if err := pub.Register(ctx, registry.Instance{Service: categoryProviders, ID: node, Addr: in.Addr}); err != nil {
+		if !had || old.node != node {
+			// The write may still complete, and zk.Registry would then
+			// keep the node: withdraw it. Deregister stops keeping it at
+			// once and, its context being done, deletes it later
+			// without waiting.
+			done, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = pub.Deregister(done, registry.Instance{Service: categoryProviders, ID: node, Addr: in.Addr})
+		}
 		return fmt.Errorf("dubbo: register %s/%s: %w", in.Service, in.ID, err)
 	}
 	r.mu.Lock()

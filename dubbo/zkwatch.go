@@ -69,6 +69,9 @@ func (rd *reader) onEvent(ev gozk.Event) {
 	defer rd.mu.Unlock()
 	close(rd.stateCh)
 	rd.stateCh = make(chan struct{})
+	if rd.isClosed() {
+		return // the session ends with close: no outage to report
+	}
 	switch {
 	case ev.State == gozk.StateHasSession:
 		rd.live, rd.down = true, false
