@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +33,45 @@ type reader struct {
 	downAt   *time.Timer   // reports an outage once the session has been down for the session timeout
 	down     bool          // the outage was reported
 	watchers map[*watcher]struct{}
+
+	dialMu  sync.Mutex // guards dialErr
+	dialErr error      // of the latest connection attempt; nil after one succeeded
+}
+
+// dial makes the client's connections, remembering whether the latest
+// attempt failed, for Unreachable.
+func (rd *reader) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	rd.dialMu.Lock()
+	rd.dialErr = err
+	rd.dialMu.Unlock()
+	return c, err
+}
+
+var _ registry.Reachability = (*Registry)(nil)
+
+// Unreachable implements registry.Reachability for the reading session:
+// it returns an error wrapping registry.ErrUnavailable, naming the
+// servers, when the client has no connection and its latest attempt to
+// make one failed. It returns nil when connected, before the first Watch,
+// or when it cannot tell. It does no I/O.
+func (r *Registry) Unreachable() error {
+	r.mu.Lock()
+	rd := r.reader
+	r.mu.Unlock()
+	if rd == nil || rd.isClosed() {
+		return nil
+	}
+	switch rd.conn.State() {
+	case gozk.StateDisconnected, gozk.StateConnecting:
+		rd.dialMu.Lock()
+		err := rd.dialErr
+		rd.dialMu.Unlock()
+		if err != nil {
+			return fmt.Errorf("%w: ZooKeeper at %s unreachable: %w", registry.ErrUnavailable, strings.Join(r.cfg.Servers, ","), err)
+		}
+	}
+	return nil
 }
 
 // readerFor returns r's reader, connecting on first use.
@@ -45,7 +85,7 @@ func (r *Registry) readerFor() (*reader, error) {
 		return r.reader, nil
 	}
 	rd := &reader{r: r, done: make(chan struct{}), stateCh: make(chan struct{}), watchers: make(map[*watcher]struct{})}
-	conn, events, err := gozk.Connect(r.cfg.Servers, r.cfg.SessionTimeout,
+	conn, events, err := gozk.Connect(r.cfg.Servers, r.cfg.SessionTimeout, gozk.WithDialer(rd.dial),
 		gozk.WithLogger(clientLogger{r.log}), gozk.WithLogInfo(false), gozk.WithEventCallback(rd.onEvent))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", strings.Join(r.cfg.Servers, ","), err)
