@@ -21,7 +21,7 @@ const anyHost = "0.0.0.0"
 var overrideConditions = map[string]bool{
 	"category": true, "check": true, "dynamic": true, "enabled": true, "group": true, "version": true,
 	"application": true, "side": true, "configVersion": true, "compatible_config": true,
-	"interfaces": true, "providerAddresses": true, "anyhost": true,
+	"interfaces": true,
 }
 
 // override is one override URL that a consumer of the key takes into
