@@ -20,7 +20,8 @@ const AttachAuthorization = protocol.AttachAuthorization
 
 // RequireToken returns an interceptor that admits a call only with one
 // of tokens, as a TokenSet does. Its tokens are fixed: use a TokenSet to
-// change them while serving.
+// change them while serving. It is a credential check (CredentialCheck):
+// a call to the health service passes unchecked by default.
 //
 //	dabb.NewServer(dabb.WithInterceptor(dabb.RequireToken(current, next)))
 func RequireToken(tokens ...string) Interceptor { return NewTokenSet(tokens...).Intercept }
@@ -61,12 +62,19 @@ func (ts *TokenSet) Set(tokens ...string) {
 	ts.digests.Store(&digests)
 }
 
-// Intercept is an Interceptor. It admits a call whose authorization
-// attachment is "Bearer <token>" with a token of the set. It rejects any
-// other call before the handler runs, with a *protocol.Error of status 40
-// and code protocol.CodeUnauthenticated. The message says whether the
-// token was missing or wrong, never what it was.
+// Intercept is an Interceptor and a credential check (CredentialCheck).
+// It admits a call whose authorization attachment is "Bearer <token>"
+// with a token of the set. It rejects any other call before the handler
+// runs, with a *protocol.Error of status 40 and code
+// protocol.CodeUnauthenticated. The message says whether the token was
+// missing or wrong, never what it was. A call to the health service
+// passes unchecked unless WithHealthCredentials(true) is given.
 func (ts *TokenSet) Intercept(ctx context.Context, info *CallInfo, next CallHandler) (any, error) {
+	if info.open {
+		// A kubelet's probe sends no credentials: the server marks
+		// health checks open unless WithHealthCredentials(true).
+		return next(ctx)
+	}
 	if err := ts.check(info.Attachments[AttachAuthorization]); err != nil {
 		return nil, err
 	}

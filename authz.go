@@ -38,6 +38,9 @@ type Identities struct {
 // The server's tls.Config (WithTLS) must verify client certificates:
 // ClientAuth tls.RequireAndVerifyClientCert or VerifyClientCertIfGiven.
 // An unverified certificate is never looked at.
+//
+// It is a credential check (CredentialCheck): a call to the health
+// service passes unchecked by default.
 func RequirePeerIdentity(allow Identities) Interceptor {
 	dns := make(map[string]struct{}, len(allow.DNSNames))
 	for _, n := range allow.DNSNames {
@@ -67,7 +70,7 @@ func RequirePeerIdentity(allow Identities) Interceptor {
 		}
 		return false
 	}
-	return func(ctx context.Context, info *CallInfo, next CallHandler) (any, error) {
+	return CredentialCheck(func(ctx context.Context, info *CallInfo, next CallHandler) (any, error) {
 		p, _ := RemotePeer(ctx)
 		if p.TLS == nil || len(p.TLS.VerifiedChains) == 0 || len(p.TLS.VerifiedChains[0]) == 0 {
 			return nil, &protocol.Error{Status: protocol.StatusBadRequest, Code: protocol.CodeUnauthenticated,
@@ -80,5 +83,5 @@ func RequirePeerIdentity(allow Identities) Interceptor {
 				Msg: "dabb: the client certificate " + cert.Subject.String() + " may not call " + info.Service + "." + info.Method}
 		}
 		return next(ctx)
-	}
+	})
 }

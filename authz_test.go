@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dabbrpc/dabb"
+	"github.com/dabbrpc/dabb/health"
 	"github.com/dabbrpc/dabb/internal/tlstest"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
@@ -218,4 +219,44 @@ func TestRequirePeerIdentityOverMTLS(t *testing.T) {
 			t.Errorf("the handler ran %d times over %d attempts served (%d made); want 0 over 1 (1)", n, s, a)
 		}
 	})
+}
+
+// TestRequirePeerIdentitySkipsHealth: a TLS client without a certificate
+// checks the health of a server that verifies certificates only if given,
+// past RequirePeerIdentity, while its calls are refused. A server that
+// requires a certificate still refuses that client at the handshake.
+func TestRequirePeerIdentitySkipsHealth(t *testing.T) {
+	ca := tlstest.NewCA(t, "dabb test CA")
+	serverCert := ca.Issue(t, tlstest.Spec{CommonName: "server", IPs: tlstest.Loopback})
+	allow := dabb.RequirePeerIdentity(dabb.Identities{DNSNames: []string{"payments.internal"}})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for _, tc := range []struct {
+		auth       tls.ClientAuthType
+		healthWant string // "" for serving, else in the error
+	}{
+		{tls.VerifyClientCertIfGiven, ""},
+		{tls.RequireAndVerifyClientCert, "requires a client certificate"},
+	} {
+		t.Run(tc.auth.String(), func(t *testing.T) {
+			_, addr := startServer(t, newProbe(), dabb.WithInterceptor(allow),
+				dabb.WithTLS(&tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool(), ClientAuth: tc.auth}))
+			c := newClientWith(t, []proxy.Option{proxy.WithCodec("json"), proxy.WithTLS(&tls.Config{RootCAs: ca.Pool()})}, addr)
+			var reply health.CheckReply
+			err := c.Invoke(ctx, health.ServiceName, health.MethodCheck, &health.CheckRequest{}, &reply, proxy.Via(probeDesc.Name))
+			switch {
+			case tc.healthWant == "" && (err != nil || reply.Status != health.Serving):
+				t.Errorf("Check without a client certificate = %q, %v; want serving", reply.Status, err)
+			case tc.healthWant != "" && (err == nil || !strings.Contains(err.Error(), tc.healthWant)):
+				t.Errorf("Check without a client certificate = %q, %v; want the handshake's refusal", reply.Status, err)
+			}
+			if tc.healthWant != "" {
+				return
+			}
+			pc := newClientWith(t, []proxy.Option{proxy.WithTLS(&tls.Config{RootCAs: ca.Pool()})}, addr)
+			if _, err := call(ctx, pc, "echo"); !errors.Is(err, proxy.ErrUnauthenticated) {
+				t.Errorf("a call without a client certificate = %v, want ErrUnauthenticated", err)
+			}
+		})
+	}
 }

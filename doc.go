@@ -45,6 +45,8 @@
 //
 // [WithTLS] serves over TLS; [RemotePeer] tells a handler who called.
 // [WithInterceptor] wraps every call; [RequireToken] and
-// [RequirePeerIdentity] are ready interceptors. docs/security.md has the
-// whole story.
+// [RequirePeerIdentity] are ready interceptors. They are credential checks
+// ([CredentialCheck]): a health check passes them unless
+// [WithHealthCredentials] says otherwise. docs/security.md has the whole
+// story.
 package dabb

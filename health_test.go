@@ -5,12 +5,14 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/health"
 	"github.com/dabbrpc/dabb/internal/wait"
+	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/registry"
 	"github.com/dabbrpc/dabb/registry/static"
@@ -188,7 +190,7 @@ func TestHealthNotPublished(t *testing.T) {
 
 // TestHealthThroughInterceptors: Check runs through the interceptor chain
 // like every call: an interceptor sees it, and one that refuses the
-// caller refuses it too.
+// caller, not declared a credential check, refuses it too.
 func TestHealthThroughInterceptors(t *testing.T) {
 	seen := make(chan dabb.CallInfo, 1)
 	record := func(ctx context.Context, info *dabb.CallInfo, next dabb.CallHandler) (any, error) {
@@ -206,11 +208,80 @@ func TestHealthThroughInterceptors(t *testing.T) {
 		t.Errorf("the interceptor saw %+v, want service %s, method %s, idempotent", info, health.ServiceName, health.MethodCheck)
 	}
 
-	_, locked := startServer(t, newProbe(), dabb.WithInterceptor(dabb.RequireToken("s3cret")))
-	lc, _ := newHealthClient(t, locked)
-	if _, err := check(t, lc, ""); !errors.Is(err, proxy.ErrUnauthenticated) {
-		t.Errorf("Check without the token = %v, want ErrUnauthenticated", err)
+	refuse := func(context.Context, *dabb.CallInfo, dabb.CallHandler) (any, error) {
+		return nil, &protocol.Error{Status: protocol.StatusBadRequest, Code: protocol.CodePermissionDenied, Msg: "closed for the night"}
 	}
+	_, locked := startServer(t, newProbe(), dabb.WithInterceptor(refuse))
+	lc, _ := newHealthClient(t, locked)
+	if _, err := check(t, lc, ""); !errors.Is(err, proxy.ErrPermissionDenied) {
+		t.Errorf("Check through an interceptor that refuses every call = %v, want ErrPermissionDenied", err)
+	}
+}
+
+// TestHealthSkipsCredentialChecks: by default Check passes RequireToken,
+// a TokenSet and an interceptor declared with CredentialCheck, while the
+// interceptors around them still see it; the probe's service and
+// dabb.Reflection still need the token. WithHealthCredentials(true) puts
+// Check behind the same checks.
+func TestHealthSkipsCredentialChecks(t *testing.T) {
+	var seen sync.Map // service names the outer interceptor saw
+	record := func(ctx context.Context, info *dabb.CallInfo, next dabb.CallHandler) (any, error) {
+		seen.Store(info.Service, true)
+		return next(ctx)
+	}
+	var signed atomic.Int64 // the calls the declared check looked at
+	signature := dabb.CredentialCheck(func(ctx context.Context, info *dabb.CallInfo, next dabb.CallHandler) (any, error) {
+		signed.Add(1)
+		if info.Attachments["signature"] != "ok" {
+			return nil, &protocol.Error{Status: protocol.StatusBadRequest, Code: protocol.CodeUnauthenticated, Msg: "no signature"}
+		}
+		return next(ctx)
+	})
+	checks := []dabb.Option{dabb.WithInterceptor(record, dabb.RequireToken("s3cret"), dabb.NewTokenSet("other").Intercept, signature)}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	t.Run("default", func(t *testing.T) {
+		_, addr := startServer(t, newProbe(), checks...)
+		hc, _ := newHealthClient(t, addr)
+		wantStatus(t, hc, "", health.Serving)
+		wantStatus(t, hc, probeDesc.Name, health.Serving)
+		if _, ok := seen.Load(health.ServiceName); !ok {
+			t.Error("the interceptor outside the credential checks did not see Check")
+		}
+		if n := signed.Load(); n != 0 {
+			t.Errorf("the declared credential check ran %d times for Check, want 0", n)
+		}
+		c := newClient(t, addr)
+		if _, err := call(ctx, c, "echo"); !errors.Is(err, proxy.ErrUnauthenticated) {
+			t.Errorf("a call of %s without the token = %v, want ErrUnauthenticated", probeDesc.Name, err)
+		}
+		jc := newClientWith(t, []proxy.Option{proxy.WithCodec("json")}, addr)
+		if _, err := list(ctx, jc); !errors.Is(err, proxy.ErrUnauthenticated) {
+			t.Errorf("dabb.Reflection/List without the token = %v, want ErrUnauthenticated", err)
+		}
+	})
+	t.Run("WithHealthCredentials", func(t *testing.T) {
+		_, addr := startServer(t, newProbe(), dabb.WithHealthCredentials(true),
+			dabb.WithInterceptor(dabb.RequireToken("s3cret"), signature))
+		hc, _ := newHealthClient(t, addr)
+		if _, err := check(t, hc, ""); !errors.Is(err, proxy.ErrUnauthenticated) ||
+			!strings.Contains(err.Error(), "missing credentials") {
+			t.Errorf("Check without the token = %v, want ErrUnauthenticated for missing credentials", err)
+		}
+		signed.Store(0)
+		token := proxy.Attachment(dabb.AttachAuthorization, "Bearer s3cret")
+		var reply health.CheckReply
+		err := hc.Invoke(ctx, health.ServiceName, health.MethodCheck, &health.CheckRequest{}, &reply, token)
+		if !errors.Is(err, proxy.ErrUnauthenticated) || !strings.Contains(err.Error(), "no signature") || signed.Load() != 1 {
+			t.Errorf("Check with the token, without the signature = %v (the check ran %d times), want the declared check's refusal",
+				err, signed.Load())
+		}
+		err = hc.Invoke(ctx, health.ServiceName, health.MethodCheck, &health.CheckRequest{}, &reply, token, proxy.Attachment("signature", "ok"))
+		if err != nil || reply.Status != health.Serving {
+			t.Errorf("Check with the token and the signature = %q, %v; want serving", reply.Status, err)
+		}
+	})
 }
 
 // TestHealthNotServingOnceShutdownBegins: from the moment Shutdown

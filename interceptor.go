@@ -26,6 +26,10 @@ type CallInfo struct {
 	Attachments map[string]string
 	// IdempotencyKey is the request's key; empty when it has none.
 	IdempotencyKey string
+
+	// open is set for a call that skips the credential checks
+	// (CredentialCheck): a call to the health service, by default.
+	open bool
 }
 
 // CallHandler runs the rest of the chain and then the method: it decodes
@@ -48,6 +52,29 @@ type CallHandler func(ctx context.Context) (reply any, err error)
 // nil error becomes an error of status 70, from the handler or from any
 // interceptor, unless the request is one-way (no reply goes back).
 type Interceptor func(ctx context.Context, info *CallInfo, next CallHandler) (reply any, err error)
+
+// CredentialCheck declares check a credential check and returns it
+// ready for WithInterceptor. The server skips it for a call to the
+// health service (dabb.Health) unless WithHealthCredentials(true) is
+// given: the call goes on to the next interceptor, as if check had
+// admitted it. For every other call check runs as given. RequireToken,
+// TokenSet.Intercept and RequirePeerIdentity are credential checks
+// already.
+//
+//	dabb.WithInterceptor(logCalls, dabb.CredentialCheck(checkSignature))
+//
+// A nil check returns nil, which WithInterceptor skips.
+func CredentialCheck(check Interceptor) Interceptor {
+	if check == nil {
+		return nil
+	}
+	return func(ctx context.Context, info *CallInfo, next CallHandler) (any, error) {
+		if info.open {
+			return next(ctx)
+		}
+		return check(ctx, info, next)
+	}
+}
 
 // StatusOf returns the status the server answers for err, an error a
 // handler or interceptor returned. It is StatusOK for nil. A reply that
@@ -161,7 +188,7 @@ func (s *Server) handle(ctx context.Context, req *protocol.Message, svc *service
 	}
 	c := s.calls.Get().(*chainCall)
 	c.info = CallInfo{Service: svc.name, Method: m.Name, Idempotent: m.Idempotent,
-		Attachments: req.Attachments, IdempotencyKey: req.IdempotencyKey}
+		Attachments: req.Attachments, IdempotencyKey: req.IdempotencyKey, open: svc.open}
 	c.svc, c.m, c.dec, c.oneWay = svc, m, dec, oneWay
 	reply, err := c.next[0](ctx)
 	c.info, c.svc, c.m, c.dec = CallInfo{}, nil, nil, nil

@@ -25,7 +25,8 @@ type options struct {
 	lazy       bool // WithRegistryCheck(false)
 	drainDelay time.Duration
 
-	noReflection bool // WithoutReflection
+	noReflection      bool // WithoutReflection
+	healthCredentials bool // WithHealthCredentials(true)
 
 	interceptors []Interceptor
 }
@@ -110,6 +111,22 @@ func WithInterceptor(is ...Interceptor) Option {
 			}
 		}
 	}
+}
+
+// WithHealthCredentials sets whether the health service (dabb.Health)
+// runs the credential checks: RequireToken, TokenSet.Intercept,
+// RequirePeerIdentity and the interceptors given to CredentialCheck.
+//
+// With false, the default, a health check needs no credentials, as a
+// kubelet's gRPC probe sends none. The other interceptors (logging,
+// metrics) still run for it. The TLS handshake is not skipped: a server
+// that requires client certificates requires them of a probe too.
+//
+// With true, a health check needs the credentials any call needs.
+// Every other service, dabb.Reflection among them, always runs every
+// interceptor.
+func WithHealthCredentials(required bool) Option {
+	return func(o *options) { o.healthCredentials = required }
 }
 
 // WithDrainDelay makes Shutdown wait d after it withdrew the server from

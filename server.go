@@ -60,7 +60,7 @@ func NewServer(opts ...Option) *Server {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	builtins := map[string]*service{health.ServiceName: s.healthService()}
+	builtins := map[string]*service{health.ServiceName: s.healthService(!o.healthCredentials)}
 	s.services.Store(&builtins)
 	if !o.noReflection {
 		s.installReflection()

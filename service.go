@@ -60,6 +60,9 @@ type service struct {
 	// builtin marks a service every Server has (health.ServiceName): it
 	// is never published, and its name cannot be registered.
 	builtin bool
+	// open marks a service whose calls skip the credential checks
+	// (CredentialCheck): the health service, unless WithHealthCredentials.
+	open bool
 }
 
 func newService(desc *ServiceDesc, impl any) (*service, error) {

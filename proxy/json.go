@@ -111,7 +111,8 @@ func (c *Client) Describe(ctx context.Context, service string) (*reflection.Serv
 
 // describe returns the kept description of service, asking for it when
 // there is none younger than DescribeTTL.
-func (c *Client) describe(ctx context.Context, service string) (*described, error) {
+// opts are added to that call after its own.
+func (c *Client) describe(ctx context.Context, service string, opts ...CallOption) (*described, error) {
 	now := time.Now()
 	c.described.mu.Lock()
 	d := c.described.m[service]
@@ -120,9 +121,9 @@ func (c *Client) describe(ctx context.Context, service string) (*described, erro
 		return d, nil
 	}
 	svc := new(reflection.Service)
+	all := append([]CallOption{Idempotent(), Via(service), codecOption{jsonCodec}}, opts...)
 	err := c.Invoke(ctx, reflection.ServiceName, reflection.MethodDescribe,
-		&reflection.DescribeRequest{Service: service}, svc,
-		Idempotent(), Via(service), codecOption{jsonCodec})
+		&reflection.DescribeRequest{Service: service}, svc, all...)
 	if err != nil {
 		return nil, describeError(err)
 	}
@@ -201,7 +202,8 @@ func (d *described) message(name string) (protoreflect.MessageDescriptor, *dynam
 // configuration and the context's options, as with Invoke. It has the
 // same budget, retries, balancing, breakers and middlewares. The
 // Describe, when not kept from before, is a call of its own before it,
-// with its own budget.
+// with its own budget. It carries the attachments among opts (Attachment;
+// not IdempotencyKey), so a server that requires credentials answers it.
 //
 // A method the service does not have fails before sending, with status 60
 // (matching ErrNotFound and ErrNotSent). So does a request that is not
@@ -212,7 +214,7 @@ func (c *Client) InvokeJSON(ctx context.Context, service, method string, req []b
 		return nil, protocol.NotSent(protocol.StatusClientError,
 			"encode "+service+"."+method+" request: not valid JSON", jsonSyntaxError(req))
 	}
-	d, err := c.describe(ctx, service)
+	d, err := c.describe(ctx, service, attachmentsOf(opts)...)
 	if err != nil {
 		return nil, err
 	}
@@ -246,6 +248,19 @@ func (c *Client) InvokeJSON(ctx context.Context, service, method string, req []b
 		return nil, err
 	}
 	return reply, nil
+}
+
+// attachmentsOf returns the attachments among opts but the idempotency
+// key: those a Describe made for the call carries too, credentials among
+// them.
+func attachmentsOf(opts []CallOption) []CallOption {
+	var out []CallOption
+	for _, o := range opts {
+		if a, ok := o.(attachmentOption); ok && a.key != protocol.AttachIdempotencyKey {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // invokeProtoJSON makes InvokeJSON's call of a protobuf method m.

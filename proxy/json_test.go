@@ -755,3 +755,37 @@ func ExampleClient_InvokeJSON() {
 	// Stock true 200ms {"sku":""}
 	// {"sku":"sku-42","count":"3"}
 }
+
+// TestInvokeJSONSendsAttachmentsToDescribe: against a server that requires
+// a token, InvokeJSON with the token as an Attachment succeeds: the
+// Describe it makes first carries the token too. The idempotency key
+// stays on the call itself.
+func TestInvokeJSONSendsAttachmentsToDescribe(t *testing.T) {
+	keys := make(chan string, 4) // the idempotency key of each call of Describe
+	record := func(ctx context.Context, info *dabb.CallInfo, next dabb.CallHandler) (any, error) {
+		if info.Service == reflection.ServiceName {
+			keys <- info.IdempotencyKey
+		}
+		return next(ctx)
+	}
+	addr := serveInventory(t, map[string]int64{"sku-42": 10}, dabb.WithInterceptor(record, dabb.RequireToken("s3cret")))
+	c := clientOf(t, map[string][]string{inventory.InventoryServiceName: {addr}})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err := c.InvokeJSON(ctx, inventory.InventoryServiceName, "Stock", []byte(`{"sku":"sku-42"}`))
+	if !errors.Is(err, proxy.ErrUnauthenticated) {
+		t.Fatalf("InvokeJSON without the token = %v, want ErrUnauthenticated", err)
+	}
+	<-keys
+	out, err := c.InvokeJSON(ctx, inventory.InventoryServiceName, "Deduct", []byte(`{"sku":"sku-42","count":3}`),
+		proxy.Attachment(dabb.AttachAuthorization, "Bearer s3cret"), proxy.IdempotencyKey("order-7"))
+	if err != nil {
+		t.Fatalf("InvokeJSON with the token as an attachment: %v", err)
+	}
+	if string(out) != `{"remaining":"7"}` {
+		t.Errorf("Deduct = %s, want remaining 7", out)
+	}
+	if key := <-keys; key != "" {
+		t.Errorf("the Describe carried the call's idempotency key %q", key)
+	}
+}

@@ -29,15 +29,15 @@ directives, retries, balancing), through the registry or to -addr; it needs
 the server's reflection service. A failed call prints one line with its
 status and exits 1.
 
--H key=value adds an attachment; ${NAME} in the value is replaced by the
-environment variable NAME (an unset one is an error), so that secrets stay
-off the command line:
+-H key=value adds an attachment, here or before the command (the global -H,
+which the describe call made first carries too); ${NAME} in the value is
+replaced by the environment variable NAME (an unset one is an error), so
+that secrets stay off the command line. Of a key given twice, the last wins:
 
-  dabbctl call -H 'authorization=Bearer ${TOKEN}' inventory.Inventory.Stock '{"sku":"sku-42"}'`,
+  dabbctl -H 'authorization=Bearer ${TOKEN}' call inventory.Inventory.Stock '{"sku":"sku-42"}'`,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		data := fs.String("d", "", "the request `data`: JSON text, @FILE, or @- for standard input")
-		var headers headerFlag
-		fs.Var(&headers, "H", "an attachment `key=value`, repeatable; ${NAME} in the value expands the environment variable NAME")
+		fs.Var(&a.headers, "H", "an attachment `key=value`, repeatable, after the global -H values; ${NAME} in the value expands the environment variable NAME")
 		timeout := fs.Duration("timeout", 0, "the call's budget; default the method's //dabb:timeout, or 1s")
 		addr := fs.String("addr", "", "call the instance at `host:port` instead of those the registry lists")
 		return func(ctx context.Context, args []string) error {
@@ -62,11 +62,7 @@ off the command line:
 			if err != nil {
 				return err
 			}
-			opts, err := headers.callOptions()
-			if err != nil {
-				return err
-			}
-			return a.call(ctx, service, method, req, opts, *timeout, *addr)
+			return a.call(ctx, service, method, req, *timeout, *addr)
 		}
 	},
 }
@@ -122,7 +118,8 @@ func (a *app) requestBody(literal *string, data string, fs *flag.FlagSet) ([]byt
 	return body, nil
 }
 
-func (a *app) call(ctx context.Context, service, method string, req []byte, opts []proxy.CallOption, timeout time.Duration, addr string) error {
+func (a *app) call(ctx context.Context, service, method string, req []byte, timeout time.Duration, addr string) error {
+	var opts []proxy.CallOption
 	var copts []proxy.Option
 	if timeout > 0 {
 		copts = append(copts, proxy.WithTimeout(timeout))

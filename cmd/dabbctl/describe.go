@@ -33,7 +33,9 @@ var describeCommand = &command{
 It asks an instance's reflection service (dabb.Reflection), chosen as a call
 would choose it, or the instance at -addr. With -template it prints a JSON
 request for METHOD with every field at its zero value, to edit and pass to
-'dabbctl call'.`,
+'dabbctl call'. A server behind credentials takes them from the global -H:
+
+  dabbctl -H 'authorization=Bearer ${TOKEN}' describe inventory.Inventory`,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		template := fs.Bool("template", false, "print a JSON request skeleton for METHOD")
 		addr := fs.String("addr", "", "ask the instance at `host:port` instead of one the registry lists")

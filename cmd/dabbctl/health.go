@@ -26,7 +26,10 @@ turned off by the application), unknown (the instance has no such service),
 or error and why (the instance did not answer). Without SERVICE: every
 service of every instance the registry lists. With -addr: that one instance,
 asked about SERVICE, or about the server as a whole without SERVICE.
-The exit status is 0 when every line says serving, 1 otherwise.`,
+The exit status is 0 when every line says serving, 1 otherwise.
+A dabb server answers a health check without the credentials its calls
+need, unless it was built with dabb.WithHealthCredentials(true): give them
+then with the global -H.`,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		addr := fs.String("addr", "", "ask the instance at `host:port` instead of those the registry lists")
 		timeout := fs.Duration("timeout", 5*time.Second, "bound on the registry's answers and on each health check")

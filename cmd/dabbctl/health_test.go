@@ -17,7 +17,7 @@ import (
 // TestHealth: health asks every instance about every service it is listed
 // for (serving), or about one service, or, with -addr, one instance; a
 // server whose Shutdown has begun is not serving, through the registry and
-// directly, and the exit status says so.
+// directly, and the exit status of health and of ls -health says so.
 func TestHealth(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -81,9 +81,12 @@ func TestHealth(t *testing.T) {
 				t.Errorf("health while a server shuts down: stderr does not count the one not serving:\n%s", r.stderr)
 			}
 			r = ctl(t, "-registry", url, "ls", "-health", inventoryService)
-			wantCode(t, r, exitOK, "ls -health while a server shuts down")
+			wantCode(t, r, exitFail, "ls -health while a server shuts down")
 			if re := `(?m)^` + regexp.QuoteMeta(d.addr) + `\s+100\s+-\s+not serving$`; !regexp.MustCompile(re).MatchString(r.stdout) {
 				t.Errorf("ls -health while a server shuts down: no line matching %s in\n%s", re, r.stdout)
+			}
+			if want := "dabbctl: ls -health: 1 of 2 instances of inventory.Inventory not serving\n"; r.stderr != want {
+				t.Errorf("ls -health while a server shuts down: stderr = %q, want %q", r.stderr, want)
 			}
 			d.signal(t, syscall.SIGUSR1) // the withdrawals go on, then the drain
 			d.wait(t)

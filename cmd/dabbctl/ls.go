@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dabbrpc/dabb/health"
 	"github.com/dabbrpc/dabb/registry"
 )
 
@@ -19,7 +20,9 @@ var lsCommand = &command{
 	help: `
 Without SERVICE: one line per service that has instances, with their number.
 With SERVICE: one line per instance, with its address, weight and metadata;
--health asks each instance whether it is serving SERVICE.`,
+-health asks each instance whether it is serving SERVICE. With -health the
+exit status is 1 when an instance listed is not serving or does not answer,
+as with 'dabbctl health'.`,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		withHealth := fs.Bool("health", false, "ask each instance of SERVICE for its health (serving, not serving, unknown)")
 		timeout := fs.Duration("timeout", 5*time.Second, "bound on the registry's answers and, with -health, on each health check")
@@ -148,6 +151,24 @@ func (a *app) lsInstances(ctx context.Context, service string, withHealth bool, 
 		defer chk.close()
 		results = chk.checkAll(ctx, set, func(registry.Instance) string { return service })
 	}
+	if err := a.printInstances(service, set, withHealth, results); err != nil {
+		return err
+	}
+	bad := 0
+	for _, r := range results {
+		if r.err != nil || r.status != health.Serving {
+			bad++
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("ls -health: %d of %d instances of %s not serving", bad, len(set), service)
+	}
+	return nil
+}
+
+// printInstances prints the instances of service, with withHealth their
+// health: results, in the order of set.
+func (a *app) printInstances(service string, set []registry.Instance, withHealth bool, results []checkResult) error {
 	if a.json {
 		for i, in := range set {
 			line := toJSON(in)

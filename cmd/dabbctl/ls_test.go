@@ -89,6 +89,28 @@ func TestLs(t *testing.T) {
 	}
 }
 
+// TestLsHealthNotAnswering: ls -health exits 1 when a listed instance
+// does not answer, and 0 when every one is serving.
+func TestLsHealthNotAnswering(t *testing.T) {
+	s := startServer(t, "", serverOpts{})
+	dead := deadAddr(t)
+	r := ctl(t, "-registry", "static://"+s.addr, "ls", "-health", inventoryService)
+	wantCode(t, r, exitOK, "ls -health of a serving instance")
+	r = ctl(t, "-registry", "static://"+s.addr+","+dead, "ls", "-health", "-timeout", "2s", inventoryService)
+	wantCode(t, r, exitFail, "ls -health with an instance that does not answer")
+	for _, want := range []string{
+		`(?m)^` + regexp.QuoteMeta(s.addr) + `\s+100\s+-\s+serving$`,
+		`(?m)^` + regexp.QuoteMeta(dead) + `\s+100\s+-\s+error: dabb\.Health/Check at ` + regexp.QuoteMeta(dead) + `: `,
+	} {
+		if !regexp.MustCompile(want).MatchString(r.stdout) {
+			t.Errorf("ls -health with an instance that does not answer: no line matching %s in\n%s", want, r.stdout)
+		}
+	}
+	if want := "dabbctl: ls -health: 1 of 2 instances of inventory.Inventory not serving\n"; r.stderr != want {
+		t.Errorf("ls -health with an instance that does not answer: stderr = %q, want %q", r.stderr, want)
+	}
+}
+
 // TestLsRegistryDown: a registry that does not answer fails ls with exit
 // status 1 and one line naming what failed.
 func TestLsRegistryDown(t *testing.T) {

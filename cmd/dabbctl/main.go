@@ -9,7 +9,7 @@
 //	dabbctl watch inventory.Inventory               # joins and leaves, until interrupted
 //	dabbctl describe inventory.Inventory.Deduct     # methods, directives, fields; -template
 //	dabbctl call inventory.Inventory.Stock '{"sku":"sku-42"}'
-//	dabbctl call -d @order.json -H 'authorization=Bearer ${TOKEN}' inventory.Inventory.Deduct
+//	dabbctl -H 'authorization=Bearer ${TOKEN}' call -d @order.json inventory.Inventory.Deduct
 //	dabbctl call -addr 127.0.0.1:20880 inventory.Inventory.Stock '{"sku":"sku-42"}'
 //	dabbctl health                                  # every service of every instance
 //
@@ -29,6 +29,9 @@
 //	-key FILE      PEM key of -cert
 //	-servername N  the name every server's certificate is verified against; default
 //	               the instance's tls_server_name metadata, or the host of its address
+//	-H key=value   an attachment every call to an instance carries (call, describe,
+//	               health, ls -health), repeatable; ${NAME} in the value expands the
+//	               environment variable NAME. call takes -H after the command too
 //	-o table|json  tables for people (default), or one JSON object a line for scripts
 //	-v             log dabb's own messages (debug level) to standard error
 //
@@ -87,9 +90,12 @@ type app struct {
 	stdout, stderr io.Writer
 
 	registryURL string
-	tls         *tls.Config // nil: plaintext
-	json        bool        // -o json
-	log         *slog.Logger
+	// headers are -H's attachments, the global ones first, then the
+	// command's; every call the command makes carries them.
+	headers headerFlag
+	tls     *tls.Config // nil: plaintext
+	json    bool        // -o json
+	log     *slog.Logger
 }
 
 // command is one subcommand.
@@ -133,6 +139,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	cert := global.String("cert", "", "PEM `file` of the client certificate, for mTLS (with -key)")
 	key := global.String("key", "", "PEM `file` of the client certificate's key")
 	serverName := global.String("servername", "", "the `name` every server's certificate is verified against; default each instance's tls_server_name metadata, or the host of its address")
+	global.Var(&a.headers, "H", "an attachment `key=value` for every call to an instance, repeatable; ${NAME} in the value expands the environment variable NAME")
 	output := global.String("o", "table", "output `format`: table (for people) or json (one object a line)")
 	verbose := global.Bool("v", false, "log dabb's own messages (debug level) to standard error")
 	global.Usage = func() {} // -h prints the usage below, once
@@ -183,7 +190,10 @@ func (a *app) runCommand(ctx context.Context, cmd *command, args []string) int {
 		return exitOK
 	}
 	if err == nil {
-		err = runFn(ctx, pos)
+		var opts []proxy.CallOption
+		if opts, err = a.headers.callOptions(); err == nil {
+			err = runFn(proxy.WithCallOptions(ctx, opts...), pos)
+		}
 	}
 	var ue *usageError
 	switch {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -189,6 +191,7 @@ const (
 	serverNoReflect   = "DABBCTL_TEST_NOREFLECT"
 	serverDrainEnv    = "DABBCTL_TEST_DRAIN" // a duration: dabb.WithDrainDelay
 	serverTLSEnv      = "DABBCTL_TEST_TLS"   // a directory with ca.pem, server.pem and server-key.pem: mTLS
+	serverTokenEnv    = "DABBCTL_TEST_TOKEN" // a bearer token: dabb.RequireToken
 	echoService       = "dabbctl.test.Echo"
 	inventoryService  = inventory.InventoryServiceName
 	serverReadyPrefix = "listening "
@@ -210,6 +213,7 @@ type serverOpts struct {
 	noReflect bool
 	tlsDir    string        // serve mTLS with the files there (see serverTLSEnv)
 	drain     time.Duration // dabb.WithDrainDelay
+	token     string        // dabb.RequireToken(token)
 }
 
 // startServer starts a server process that publishes to regURL ("" for
@@ -232,6 +236,9 @@ func startServer(t *testing.T, regURL string, o serverOpts) *server {
 	}
 	if o.drain > 0 {
 		s.cmd.Env = append(s.cmd.Env, serverDrainEnv+"="+o.drain.String())
+	}
+	if o.token != "" {
+		s.cmd.Env = append(s.cmd.Env, serverTokenEnv+"="+o.token)
 	}
 	s.cmd.Stderr = os.Stderr
 	stdout, err := s.cmd.StdoutPipe()
@@ -457,7 +464,7 @@ func TestUsage(t *testing.T) {
 		if n := strings.Count(r.stdout, "usage: dabbctl"); n != 1 {
 			t.Errorf("dabbctl -h prints the usage %d times:\n%s", n, r.stdout)
 		}
-		for _, want := range []string{"usage: dabbctl [global flags] COMMAND", "-registry URL", "-servername", "-o format"} {
+		for _, want := range []string{"usage: dabbctl [global flags] COMMAND", "-registry URL", "-servername", "-H key=value", "-o format"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("dabbctl -h does not say %q:\n%s", want, r.stdout)
 			}
@@ -492,6 +499,9 @@ func serverOptions() ([]dabb.Option, error) {
 			return nil, err
 		}
 		opts = append(opts, dabb.WithDrainDelay(d))
+	}
+	if tok := os.Getenv(serverTokenEnv); tok != "" {
+		opts = append(opts, dabb.WithInterceptor(dabb.RequireToken(tok)))
 	}
 	if dir := os.Getenv(serverTLSEnv); dir != "" {
 		cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"))
@@ -571,6 +581,79 @@ func TestTLS(t *testing.T) {
 				t.Errorf("the failure does not mention %q:\n%s", tc.want, r)
 			}
 		})
+	}
+}
+
+// TestToken: against a server with RequireToken on, health answers
+// without the token; ls -health, describe and call answer with the global
+// -H, and call with -H after the command too; global and command -H
+// values both reach the handler; a wrong or missing token exits 1 saying
+// unauthenticated.
+func TestToken(t *testing.T) {
+	url := backends[0].url(t)
+	s := startServer(t, url, serverOpts{token: "s3cret"})
+	env := []string{"TOKEN=s3cret"}
+	bearer := "authorization=Bearer ${TOKEN}"
+	ok := func(what string, args ...string) result {
+		t.Helper()
+		r := ctlWith(t, "", env, append([]string{"-registry", url}, args...)...)
+		wantCode(t, r, exitOK, what)
+		return r
+	}
+
+	r := ok("health without a token", "health", inventoryService)
+	if re := `(?m)^inventory\.Inventory\s+` + regexp.QuoteMeta(s.addr) + `\s+serving$`; !regexp.MustCompile(re).MatchString(r.stdout) {
+		t.Errorf("health without a token: no line matching %s in\n%s", re, r.stdout)
+	}
+	ok("health -addr without a token", "health", "-addr", s.addr)
+	r = ok("ls -health with -H", "-H", bearer, "ls", "-health", inventoryService)
+	if re := `(?m)^` + regexp.QuoteMeta(s.addr) + `\s+100\s+-\s+serving$`; !regexp.MustCompile(re).MatchString(r.stdout) {
+		t.Errorf("ls -health with -H: no line matching %s in\n%s", re, r.stdout)
+	}
+	r = ok("describe with -H", "-H", bearer, "describe", inventoryService+".Stock")
+	if !strings.Contains(r.stdout, "Stock  idempotent") {
+		t.Errorf("describe with -H does not describe Stock:\n%s", r.stdout)
+	}
+	want := "{\n  \"sku\": \"sku-1\",\n  \"count\": \"100\"\n}\n"
+	for _, args := range [][]string{
+		{"-H", bearer, "call", inventoryService + ".Stock", `{"sku":"sku-1"}`},
+		{"call", "-H", bearer, inventoryService + ".Stock", `{"sku":"sku-1"}`},
+		{"call", inventoryService + ".Stock", `{"sku":"sku-1"}`, "-H", bearer},
+	} {
+		if r := ok(strings.Join(args, " "), args...); r.stdout != want {
+			t.Errorf("%s printed %q, want %q", strings.Join(args, " "), r.stdout, want)
+		}
+	}
+	for key, value := range map[string]string{"authorization": "Bearer s3cret", "x-global": "1", "x-command": "2"} {
+		r := ok("call with global and command -H", "-H", bearer, "-H", "x-global=1", "-o", "json",
+			"call", "-H", "x-command=2", echoService+".Attachment", `{"key":"`+key+`"}`)
+		var echo echoReply
+		if err := json.Unmarshal([]byte(r.stdout), &echo); err != nil || echo.Value != value {
+			t.Errorf("global and command -H: the handler saw %+v (%v) for %s, want %q", echo, err, key, value)
+		}
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"call with a wrong token", []string{"-H", "authorization=Bearer wrong", "call", inventoryService + ".Stock"}, "code unauthenticated: invalid bearer token"},
+		{"call without a token", []string{"call", inventoryService + ".Stock"}, "code unauthenticated: missing credentials"},
+		{"describe with a wrong token", []string{"-H", "authorization=Bearer wrong", "describe", inventoryService}, "code unauthenticated: invalid bearer token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ctlWith(t, "", env, append([]string{"-registry", url}, tc.args...)...)
+			wantCode(t, r, exitFail, tc.name)
+			if lines := nonEmpty(r.stderr); len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+				t.Errorf("%s: stderr is not one line saying %q:\n%s", tc.name, tc.want, r.stderr)
+			}
+		})
+	}
+	r = ctl(t, "-H", bearer, "health", "-addr", s.addr)
+	wantCode(t, r, exitUsage, "-H naming an unset variable")
+	if !strings.Contains(r.stderr, "-H authorization: the environment variable TOKEN is not set") {
+		t.Errorf("-H naming an unset variable: stderr does not say so:\n%s", r.stderr)
 	}
 }
 

@@ -10,6 +10,9 @@
 //
 //	go run ./examples/inventory -mode server -addr 127.0.0.1:20880
 //	go run ./examples/inventory -mode client -registry static://127.0.0.1:20880
+//
+// In server mode, -require-token admits only calls that carry the bearer
+// token in $INVENTORY_TOKEN; the client mode sends none.
 package main
 
 import (
@@ -51,7 +54,14 @@ func main() {
 	flag.IntVar(&cfg.calls, "calls", 3000, "calls per phase (demo and client modes)")
 	flag.IntVar(&cfg.workers, "workers", 32, "concurrent callers")
 	flag.BoolVar(&cfg.verbose, "v", false, "log dabb's own messages")
+	requireToken := flag.Bool("require-token", false, "server mode: admit only calls with the bearer token in $"+tokenEnv+" (health checks need none)")
 	flag.Parse()
+	if *requireToken {
+		if cfg.token = os.Getenv(tokenEnv); cfg.token == "" {
+			fmt.Fprintf(os.Stderr, "inventory: -require-token needs the token in $%s\n", tokenEnv)
+			os.Exit(2)
+		}
+	}
 
 	level := slog.LevelWarn
 	if cfg.verbose {
@@ -83,7 +93,13 @@ type config struct {
 	instances, calls     int
 	workers              int
 	verbose              bool
+	// token, when set, is the bearer token the server requires
+	// (-require-token).
+	token string
 }
+
+// tokenEnv names the environment variable -require-token reads.
+const tokenEnv = "INVENTORY_TOKEN"
 
 // skus is the demo's catalogue and its starting stock.
 var skus = map[string]int64{"sku-1": 1_000_000, "sku-2": 1_000_000, "sku-3": 1_000_000, "sku-4": 1_000_000}
@@ -429,6 +445,9 @@ func runServer(ctx context.Context, w io.Writer, cfg config) error {
 	var opts []dabb.Option
 	if reg != nil {
 		opts = append(opts, dabb.WithRegistry(reg))
+	}
+	if cfg.token != "" {
+		opts = append(opts, dabb.WithInterceptor(dabb.RequireToken(cfg.token)))
 	}
 	srv := dabb.NewServer(opts...)
 	store := inventory.NewStore(skus)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -9,6 +10,14 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/dabbrpc/dabb"
+	"github.com/dabbrpc/dabb/health"
+	"github.com/dabbrpc/dabb/internal/inventory"
+	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
+	"github.com/dabbrpc/dabb/proxy"
+	"github.com/dabbrpc/dabb/registry"
+	"github.com/dabbrpc/dabb/registry/static"
 )
 
 func TestMain(m *testing.M) {
@@ -115,4 +124,56 @@ func (s *syncBuilder) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestServerRequiresToken: a server given a token refuses a call without
+// it, admits one with it, and answers a health check without it.
+func TestServerRequiresToken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srvCtx, stopServer := context.WithCancel(ctx)
+	var srvOut syncBuilder
+	done := make(chan error, 1)
+	go func() { done <- runServer(srvCtx, &srvOut, config{addr: addr, token: "s3cret"}) }()
+	select {
+	case <-srvOut.serving():
+	case err := <-done:
+		t.Fatalf("server ended before serving: %v\n%s", err, srvOut.String())
+	case <-ctx.Done():
+		t.Fatalf("the server never said it was serving:\n%s", srvOut.String())
+	}
+
+	c, err := proxy.NewClient(static.New(registry.Instance{Addr: addr}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := inventory.NewInventoryClient(c)
+	if _, err := inv.Stock(ctx, &pb.StockRequest{Sku: "sku-1"}); !errors.Is(err, proxy.ErrUnauthenticated) {
+		t.Errorf("Stock without the token = %v, want ErrUnauthenticated", err)
+	}
+	tctx := proxy.WithCallOptions(ctx, proxy.Attachment(dabb.AttachAuthorization, "Bearer s3cret"))
+	if r, err := inv.Stock(tctx, &pb.StockRequest{Sku: "sku-1"}); err != nil || r.Count != skus["sku-1"] {
+		t.Errorf("Stock with the token = %v, %v; want %d", r, err, skus["sku-1"])
+	}
+	hc, err := proxy.NewClient(static.New(registry.Instance{Addr: addr}), proxy.WithCodec("json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply health.CheckReply
+	err = hc.Invoke(ctx, health.ServiceName, health.MethodCheck, &health.CheckRequest{}, &reply)
+	if err != nil || reply.Status != health.Serving {
+		t.Errorf("a health check without the token = %q, %v; want serving", reply.Status, err)
+	}
+	c.Close()
+	hc.Close()
+	stopServer()
+	if err := <-done; err != nil {
+		t.Fatalf("server: %v", err)
+	}
 }
