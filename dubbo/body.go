@@ -291,6 +291,9 @@ func DecodeResponse(body []byte, lim Limits) (*Response, error) {
 		if s.first >= 0 {
 			exc.Class = s.names[s.first]
 		}
+		if !isClassName(exc.Class) {
+			return nil, fmt.Errorf("%w: exception class %q is not a Java class name", ErrMalformed, exc.Class)
+		}
 		r.Exception = exc
 	case ResponseValue:
 		r.Value = vals[0]

@@ -6,6 +6,7 @@ package dubbo
 import (
 	"fmt"
 	"reflect"
+	"strings"
 
 	hessian "github.com/apache/dubbo-go-hessian2"
 	"github.com/apache/dubbo-go-hessian2/java_exception"
@@ -79,7 +80,7 @@ func encodeException(enc *hessian.Encoder, e *Exception) error {
 			ExceptionClass: e.WrappedClass, ExceptionMessage: e.WrappedMessage,
 		})
 	}
-	if _, err := MakeDesc(e.Class); err != nil || e.Class == "" {
+	if !isClassName(e.Class) {
 		return fmt.Errorf("dubbo: exception class %q is not a Java class name", e.Class)
 	}
 	// A class the hessian2 library knows (the JDK's common exceptions)
@@ -90,6 +91,12 @@ func encodeException(enc *hessian.Encoder, e *Exception) error {
 		"suppressedExceptions": nil,
 		"cause":                nil,
 	})
+}
+
+// isClassName says whether name can be a Java class's binary name.
+func isClassName(name string) bool {
+	_, err := MakeDesc(name)
+	return err == nil && name != "" && letters[name] == 0 && !strings.HasSuffix(name, "[]")
 }
 
 // throwableFields are the fields every Java Throwable has; a class

@@ -106,7 +106,7 @@ func RegisterPOJO(javaClass string, prototype any) error {
 	if t == nil || t.Kind() != reflect.Struct {
 		return fmt.Errorf("dubbo: RegisterPOJO(%q): %T is not a struct", javaClass, prototype)
 	}
-	if _, err := MakeDesc(javaClass); err != nil || letters[javaClass] != 0 || strings.HasSuffix(javaClass, "[]") {
+	if !isClassName(javaClass) {
 		return fmt.Errorf("dubbo: RegisterPOJO: %q is not a Java class name", javaClass)
 	}
 	if old, ok := pojoClasses.Load(javaClass); ok {
