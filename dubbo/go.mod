@@ -2,9 +2,14 @@ module github.com/dabbrpc/dabb/dubbo
 
 go 1.26.0
 
-require github.com/apache/dubbo-go-hessian2 v1.13.2
+require (
+	github.com/apache/dubbo-go-hessian2 v1.13.2
+	github.com/dabbrpc/dabb v0.0.0-00010101000000-000000000000
+)
 
 require (
+	// Pinned above hessian2's v1.13.1: from v1.14.1 gost's go.mod prunes
+	// (go 1.23), which keeps its requirements out of programs' graphs.
 	github.com/dubbogo/gost v1.14.4 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	go.uber.org/atomic v1.9.0 // indirect
