@@ -7,6 +7,12 @@ require (
 	github.com/dabbrpc/dabb v0.0.0-00010101000000-000000000000
 )
 
+// gost's go.mod names the monolithic genproto of 2023-04, which still holds
+// googleapis/api and googleapis/rpc: beside the split modules that etcd's
+// client and grpc use, every import of those packages would be ambiguous.
+// From 2023-08 the monolith no longer holds them.
+require google.golang.org/genproto v0.0.0-20230822172742-b8732ec3820d // indirect
+
 require (
 	// Pinned above hessian2's v1.13.1: from v1.14.1 gost's go.mod prunes
 	// (go 1.23), which keeps its requirements out of programs' graphs.
