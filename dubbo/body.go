@@ -1,5 +1,5 @@
-// body.go encodes and decodes Dubbo 2 request and response bodies in
-// hessian2, the field sequence Java Dubbo's DubboCodec writes.
+// Dubbo 2 request and response bodies in hessian2, both directions, in the
+// field order of Java Dubbo's DubboCodec.
 
 package dubbo
 

@@ -1,5 +1,5 @@
-// exception.go carries a Java exception through hessian2 bodies as its
-// class name and message.
+// Exception: a Java exception in hessian2 bodies, as its class name and
+// message.
 
 package dubbo
 

@@ -1,5 +1,5 @@
-// javatype.go maps Go types to Java types and Java types to the JVM
-// descriptors that name a Dubbo method's parameters.
+// Go types and Java types: the type table, the JVM descriptors of
+// parameter types, and the registration of POJOs.
 
 package dubbo
 

@@ -1,5 +1,5 @@
-// scan.go checks hessian2 values against a body's limits before the
-// hessian2 library decodes them.
+// The scan of hessian2 values that checks a body against its limits before
+// the hessian2 library decodes it.
 //
 // The library allocates a list by its declared length and recurses without
 // a bound, so a few bytes could ask for gigabytes or a deep stack; the scan
