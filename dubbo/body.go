@@ -6,6 +6,9 @@ package dubbo
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 
 	hessian "github.com/apache/dubbo-go-hessian2"
 )
@@ -27,6 +30,35 @@ var (
 // DubboVersion is the Dubbo protocol version dabb writes in requests and
 // response attachments, as Java Dubbo 2.7 and 3.x and dubbo-go do.
 const DubboVersion = "2.0.2"
+
+// SupportsResponseAttachments says whether a consumer whose request
+// carries the protocol version v reads responses with attachments, as
+// Java's Version.isSupportResponseAttachment decides: from 2.0.2 up to
+// 2.0.99. A response to such a request sets Response.Attachments, with
+// "dubbo" set to DubboVersion.
+func SupportsResponseAttachments(v string) bool {
+	parts := strings.Split(v, ".")
+	if v == "" || len(parts) > 4 {
+		return false
+	}
+	n := 0
+	for _, p := range parts {
+		// Java reads each part's leading digits: "2-SNAPSHOT" is 2.
+		digits := 0
+		for digits < len(p) && p[digits] >= '0' && p[digits] <= '9' {
+			digits++
+		}
+		d, err := strconv.Atoi(p[:digits])
+		if err != nil || d > 99 {
+			return false
+		}
+		n = n*100 + d
+	}
+	if len(parts) == 3 {
+		n *= 100
+	}
+	return n >= 2000200 && n <= 2009900
+}
 
 // Result flags, the int that starts a response body (Java's DubboCodec).
 const (
@@ -186,10 +218,36 @@ func requestClass(name string, _ []string) bool {
 	return ok
 }
 
-// responseClass allows what requestClass does, exceptions and their
-// stack trace elements.
+// maxExceptionClasses bounds how many exception classes responses may
+// name over the life of the process.
+const maxExceptionClasses = 1024
+
+// exceptionClasses are the exception classes responses named so far: the
+// hessian2 library registers each one it does not know, for good, so a
+// peer that invents names must not grow that registry without a bound.
+var exceptionClasses = struct {
+	sync.Mutex
+	names map[string]bool
+}{names: map[string]bool{}}
+
+// responseClass allows what requestClass does, exceptions (up to
+// maxExceptionClasses names) and their stack trace elements.
 func responseClass(name string, fields []string) bool {
-	return requestClass(name, fields) || isThrowable(fields) || name == "java.lang.StackTraceElement"
+	if requestClass(name, fields) || name == "java.lang.StackTraceElement" {
+		return true
+	}
+	if !isThrowable(fields) {
+		return false
+	}
+	exceptionClasses.Lock()
+	defer exceptionClasses.Unlock()
+	if !exceptionClasses.names[name] {
+		if len(exceptionClasses.names) >= maxExceptionClasses {
+			return false
+		}
+		exceptionClasses.names[name] = true
+	}
+	return true
 }
 
 // DecodeRequest decodes a request body. Bytes after the attachments are

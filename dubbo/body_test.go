@@ -2,6 +2,7 @@ package dubbo
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -330,4 +331,48 @@ func FuzzDecode(f *testing.F) {
 		}
 		_, _ = DecodeErrorMessage(body, Limits{})
 	})
+}
+
+func TestSupportsResponseAttachments(t *testing.T) {
+	for v, want := range map[string]bool{
+		"2.0.2": true, "2.0.3": true, "2.0.99": true, "2.0.2.0": true,
+		"": false, "2.0.0": false, "2.0.1": false, "2.6.2": false, "3.0.0": false, "x": false, "2.0.100": false,
+	} {
+		if got := SupportsResponseAttachments(v); got != want {
+			t.Errorf("SupportsResponseAttachments(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+func TestExceptionClassesBounded(t *testing.T) {
+	exceptionClasses.Lock()
+	saved := exceptionClasses.names
+	full := map[string]bool{}
+	for k := range saved {
+		full[k] = true
+	}
+	for i := 0; len(full) < maxExceptionClasses; i++ {
+		full[fmt.Sprintf("com.example.Filler%d", i)] = true
+	}
+	exceptionClasses.names = full
+	exceptionClasses.Unlock()
+	defer func() {
+		exceptionClasses.Lock()
+		exceptionClasses.names = saved
+		exceptionClasses.Unlock()
+	}()
+	body, err := AppendResponse(nil, &Response{Exception: &Exception{Class: "com.example.OneTooMany", Message: "m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeResponse(body, Limits{}); !errors.Is(err, ErrUnknownClass) {
+		t.Fatalf("an exception class past the bound: %v, want ErrUnknownClass", err)
+	}
+	body, err = AppendResponse(nil, &Response{Exception: &Exception{Class: "com.example.Filler0", Message: "m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeResponse(body, Limits{}); err != nil {
+		t.Fatalf("a class seen before: %v", err)
+	}
 }
