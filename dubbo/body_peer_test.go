@@ -247,16 +247,29 @@ func TestJavaDecodesDabb(t *testing.T) {
 			"wrapped java.lang.IllegalArgumentException count 0\nattachments {}"},
 		{"error", "status", AppendErrorMessage(nil, "Not found exported service"), "error Not found exported service"},
 	}
+	// One JVM reads every body; its output has a section per file.
+	var args, want []string
 	for _, c := range cases {
-		t.Run(c.mode+"_"+c.name, func(t *testing.T) {
-			file := filepath.Join(dir, c.mode+"_"+c.name+".bin")
-			if err := os.WriteFile(file, c.body, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if got := java(t, cp, c.mode, file); got != c.want {
-				t.Fatalf("Java read\n%s\nwant\n%s", got, c.want)
-			}
-		})
+		file := filepath.Join(dir, c.mode+"_"+c.name+".bin")
+		if err := os.WriteFile(file, c.body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, c.mode, file)
+		want = append(want, "== "+filepath.Base(file)+"\n"+c.want)
+	}
+	got := strings.Split(java(t, cp, args...), "\n== ")
+	for i := range got {
+		if i > 0 {
+			got[i] = "== " + got[i]
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Java printed %d sections for %d bodies:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("Java read\n%s\nwant\n%s", got[i], want[i])
+		}
 	}
 }
 

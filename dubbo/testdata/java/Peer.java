@@ -21,16 +21,21 @@ import org.apache.dubbo.rpc.service.GenericException;
  * flag with readInt/writeInt (Dubbo's readByte/writeByte), values and the
  * attachments map with readObject/writeObject.
  *
- * java Peer request FILE | response FILE | error FILE | write DIR
+ * java Peer (request FILE | response FILE | error FILE | write DIR)...
  */
 public class Peer {
     public static void main(String[] args) throws Exception {
-        switch (args[0]) {
-            case "request" -> request(Files.readAllBytes(Path.of(args[1])));
-            case "response" -> response(Files.readAllBytes(Path.of(args[1])));
-            case "error" -> System.out.println("error " + input(Files.readAllBytes(Path.of(args[1]))).readString());
-            case "write" -> write(Path.of(args[1]));
-            default -> throw new IllegalArgumentException("unknown mode " + args[0]);
+        // Pairs of mode and file, so that one JVM reads many bodies; each
+        // body's lines follow a line "== FILE".
+        for (int i = 0; i + 1 < args.length; i += 2) {
+            System.out.println("== " + Path.of(args[i + 1]).getFileName());
+            switch (args[i]) {
+                case "request" -> request(Files.readAllBytes(Path.of(args[i + 1])));
+                case "response" -> response(Files.readAllBytes(Path.of(args[i + 1])));
+                case "error" -> System.out.println("error " + input(Files.readAllBytes(Path.of(args[i + 1]))).readString());
+                case "write" -> write(Path.of(args[i + 1]));
+                default -> throw new IllegalArgumentException("unknown mode " + args[i]);
+            }
         }
     }
 
