@@ -31,9 +31,21 @@ func frame(request bool, status byte, id uint64, body []byte) []byte {
 
 var (
 	dubbogoOnce sync.Once
+	dubbogoDir  string
 	dubbogoBin  string
 	dubbogoErr  error
 )
+
+// TestMain removes what the peers' builds left in temporary directories.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, dir := range []string{dubbogoDir, javaDir} {
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
+	}
+	os.Exit(code)
+}
 
 // dubbogoGolden builds testdata/dubbogo's golden program (dubbo-go v3.3.1,
 // a module of its own) once per test binary.
@@ -45,6 +57,7 @@ func dubbogoGolden(t *testing.T) string {
 			dubbogoErr = err
 			return
 		}
+		dubbogoDir = dir
 		dubbogoBin = filepath.Join(dir, "golden")
 		cmd := exec.Command("go", "build", "-o", dubbogoBin, "./golden")
 		cmd.Dir = filepath.Join("testdata", "dubbogo")
