@@ -255,6 +255,12 @@ func TestDecodeRequestRefuses(t *testing.T) {
 		{"negative list", append(requestHead("Ljava/util/List;"), 'X', 0x8f, 'H', 'Z'), ErrTooLarge},
 		{"deep nesting", append(requestHead("Ljava/util/List;"), []byte(strings.Repeat("\x79", 200)+"N")...), ErrTooLarge},
 		{"unknown class", append(append(requestHead("Lcom/example/Evil;"), 'C'), append(hessianString("com.example.Evil"), 0x91, 1, 'a', 0x60, 'N', 'H', 'Z')...), ErrUnknownClass},
+		// The hessian2 library panics setting a long into the string
+		// field sku; the panic is recovered into an error.
+		{"field of another type", append(append(requestHead("Lcom/example/inventory/DeductRequest;"), 'C'),
+			append(hessianString("com.example.inventory.DeductRequest"),
+				0x93, 3, 's', 'k', 'u', 5, 'c', 'o', 'u', 'n', 't', 9, 'r', 'e', 'q', 'u', 'e', 's', 't', 'I', 'd',
+				0x60, 0xe0, 0x91, 'N', 'H', 'Z')...), ErrMalformed},
 		{"object before its class", append(requestHead("Lcom/example/Evil;"), 0x60, 'H', 'Z'), ErrMalformed},
 		{"attachment key not a string", append(requestHead(""), 'H', 0x91, 0x91, 'Z'), ErrDescriptor},
 	}
@@ -263,6 +269,9 @@ func TestDecodeRequestRefuses(t *testing.T) {
 			r, err := DecodeRequest(c.body, Limits{})
 			if !errors.Is(err, c.want) {
 				t.Fatalf("DecodeRequest = %+v, %v; want an error matching %v", r, err, c.want)
+			}
+			if c.name == "field of another type" && !strings.Contains(err.Error(), "panicked") {
+				t.Fatalf("%v: the library did not panic; this case no longer tests the recover", err)
 			}
 		})
 	}
