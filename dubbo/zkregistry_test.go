@@ -16,10 +16,7 @@ import (
 	"github.com/dabbrpc/dabb/internal/zktest"
 	"github.com/dabbrpc/dabb/registry"
 	gozk "github.com/go-zookeeper/zk"
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(zktest.WithShared(m)) }
 
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -9,8 +9,9 @@
 # measurement) and oteldabb (OpenTelemetry tracing, kept out of dabb's
 # go.mod).
 #
-# It installs what the tests need when it is missing: ZooKeeper and etcd
-# from Debian's packages (as root, or through sudo), staticcheck from the Go
+# It installs what the tests need when it is missing: ZooKeeper, etcd,
+# Caucho Hessian and a JDK (for the dubbo module's Java test) from Debian's
+# packages (as root, or through sudo), staticcheck from the Go
 # module proxy. Set CI=true to make a missing server fail the run instead of
 # skipping its tests.
 set -euo pipefail
@@ -22,6 +23,10 @@ need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+# The dubbo module's Java test decodes dabb's hessian2 bodies with Caucho
+# Hessian on a JDK (17 or later).
+[ -f /usr/share/java/hessian.jar ] || need+=(libhessian-java)
+command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "== installing ${need[*]}"
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -86,6 +91,12 @@ for m in "${modules[@]}"; do
 			go test -race -count=1 -timeout 15m -p 1 "${alone[@]}"
 		else
 			go test -race -count=1 -timeout 15m ./...
+		fi
+		if [ "$m" = dubbo ]; then
+			# A fixed, short run of the body fuzzer, seeded from the
+			# golden frames dubbo-go wrote.
+			echo "== dubbo: fuzz the hessian2 body decoders for 20s"
+			go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 20s .
 		fi
 	)
 done

@@ -1,0 +1,22 @@
+package dubbo
+
+import (
+	"testing"
+
+	"github.com/dabbrpc/dabb/internal/zktest"
+	"go.uber.org/goleak"
+)
+
+// TestMain shares one ZooKeeper server among the package's tests, removes
+// the peer programs they built, and then checks for leaked goroutines.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(cleanup{zktest.WithShared(m)})
+}
+
+// cleanup runs the tests, then removes the peer builds.
+type cleanup struct{ m interface{ Run() int } }
+
+func (c cleanup) Run() int {
+	defer removePeerBuilds()
+	return c.m.Run()
+}
