@@ -14,8 +14,10 @@ type window struct {
 	calls   int
 	p99     time.Duration
 	max     time.Duration
-	frozen  int // calls with an attempt on the frozen provider
-	retried int // calls with more than one attempt
+	frozen  int           // calls with an attempt on the frozen provider
+	retried int           // calls with more than one attempt
+	stall   time.Duration // the longest oversleep of a 1 ms sleep begun in the window
+	gc      int           // GC cycles that ended in the window
 }
 
 // p99 returns the 99th percentile of ds, which it sorts.
@@ -61,6 +63,18 @@ func (r *result) windows(w time.Duration) []window {
 			retried[i]++
 		}
 	}
+	stall, gc := map[int]time.Duration{}, map[int]int{}
+	for _, e := range r.process {
+		at := e.t.Sub(r.freezeAt)
+		if at < -2*time.Second {
+			continue
+		}
+		i := int((at + 2*time.Second) / w)
+		stall[i] = max(stall[i], e.over)
+		if e.gc {
+			gc[i]++
+		}
+	}
 	var out []window
 	for i := 0; len(by) > 0; i++ {
 		ds, ok := by[i]
@@ -70,7 +84,7 @@ func (r *result) windows(w time.Duration) []window {
 		delete(by, i)
 		p := p99(ds)
 		out = append(out, window{from: time.Duration(i)*w - 2*time.Second, calls: len(ds), p99: p, max: ds[len(ds)-1],
-			frozen: frozen[i], retried: retried[i]})
+			frozen: frozen[i], retried: retried[i], stall: stall[i], gc: gc[i]})
 	}
 	return out
 }
@@ -111,9 +125,13 @@ func (r *result) summary(out io.Writer) {
 	b := r.baseline()
 	w := r.worst(250 * time.Millisecond)
 	n, longest := r.late()
-	fmt.Fprintf(out, "%d calls, %d failed; baseline p99 %v; worst 250 ms window from 2 s after the freeze: +%v p99 %v (%.2fx, max %v); from 2 s after the freeze %d calls tried the frozen provider (longest %v)\n",
+	who := "the frozen provider"
+	if !r.froze {
+		who = "the provider a freeze would have stopped (a control run: none was)"
+	}
+	fmt.Fprintf(out, "%d calls, %d failed; baseline p99 %v; worst 250 ms window from 2 s after the freeze: +%v p99 %v (%.2fx, max %v); from 2 s after the freeze %d calls tried %s (longest %v)\n",
 		len(r.calls), r.nfail, b.Round(10*time.Microsecond), w.from, w.p99.Round(10*time.Microsecond),
-		float64(w.p99)/float64(b), w.max.Round(10*time.Microsecond), n, longest.Round(10*time.Microsecond))
+		float64(w.p99)/float64(b), w.max.Round(10*time.Microsecond), n, who, longest.Round(10*time.Microsecond))
 	if r.err != nil {
 		fmt.Fprintf(out, "  first failure: %v\n", r.err)
 	}
@@ -126,13 +144,15 @@ func (r *result) summary(out io.Writer) {
 func (r *result) print(out io.Writer, cfg config) {
 	b := r.baseline()
 	fmt.Fprintf(out, "  frozen provider %s (SIGSTOP: %v)\n", r.frozen, cfg.freeze)
-	fmt.Fprintf(out, "  %10s %7s %10s %10s %6s %7s %7s\n", "window", "calls", "p99", "max", "x base", "frozen", "retried")
+	fmt.Fprintln(out, "  frozen: calls that tried the frozen provider; retried: calls with more than one attempt;")
+	fmt.Fprintln(out, "  stall: the longest a 1 ms sleep of the client overslept (10 ms or more); gc: GC cycles ended")
+	fmt.Fprintf(out, "  %10s %7s %10s %10s %6s %7s %7s %8s %3s\n", "window", "calls", "p99", "max", "x base", "frozen", "retried", "stall", "gc")
 	for _, w := range r.windows(cfg.window) {
 		if !cfg.verbose && w.p99 <= 2*b && w.frozen == 0 {
 			continue
 		}
-		fmt.Fprintf(out, "  %+10v %7d %10v %10v %6.2f %7d %7d\n", w.from, w.calls, w.p99.Round(10*time.Microsecond),
-			w.max.Round(10*time.Microsecond), float64(w.p99)/float64(b), w.frozen, w.retried)
+		fmt.Fprintf(out, "  %+10v %7d %10v %10v %6.2f %7d %7d %8v %3d\n", w.from, w.calls, w.p99.Round(10*time.Microsecond),
+			w.max.Round(10*time.Microsecond), float64(w.p99)/float64(b), w.frozen, w.retried, w.stall.Round(time.Millisecond), w.gc)
 	}
 	fmt.Fprintln(out, "  events:")
 	// Failed attempts on the frozen provider come in bursts: one line per

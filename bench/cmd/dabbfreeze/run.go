@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime/metrics"
 	"runtime/trace"
 	"strings"
 	"sync"
@@ -134,9 +135,11 @@ type event struct {
 // result is one run.
 type result struct {
 	frozen   string
+	froze    bool // false in a control run: frozen names the provider that would have been
 	freezeAt time.Time
 	calls    []callRec
 	events   []event
+	process  []processEvent
 	err      error // the first failed call's
 	nfail    int
 }
@@ -144,6 +147,14 @@ type result struct {
 // attemptEvent begins the event of a failed attempt on the frozen
 // provider; its status follows.
 const attemptEvent = "failed attempt on the frozen provider, status "
+
+// processEvent is a 1 ms sleep of the client process that overslept by
+// 10 ms or more, or during which a GC cycle ended.
+type processEvent struct {
+	t    time.Time // when the sleep began
+	over time.Duration
+	gc   bool
+}
 
 type traceKey struct{}
 
@@ -155,9 +166,10 @@ type callTrace struct {
 
 // recorder receives the client's observer reports and log records.
 type recorder struct {
-	mu     sync.Mutex
-	frozen string
-	events []event
+	mu      sync.Mutex
+	frozen  string
+	events  []event
+	process []processEvent
 }
 
 func (r *recorder) add(what string) {
@@ -266,7 +278,7 @@ func runOnce(cfg config) (*result, error) {
 	start := time.Now()
 	freezeAt := start.Add(cfg.before)
 	stop := make(chan struct{})
-	res := &result{frozen: frozen.addr, freezeAt: freezeAt}
+	res := &result{frozen: frozen.addr, froze: cfg.freeze, freezeAt: freezeAt}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range cfg.callers {
@@ -304,6 +316,13 @@ func runOnce(cfg config) (*result, error) {
 			}
 		})
 	}
+	// The process's own stalls and its GC cycles, beside the calls: a
+	// window whose calls all slowed at once while a 1 ms sleep overslept
+	// says the machine or the runtime stalled, not a provider.
+	watchDone := make(chan struct{})
+	var watchWG sync.WaitGroup
+	watchWG.Go(func() { watchProcess(rec, watchDone) })
+	defer func() { close(watchDone); watchWG.Wait() }()
 	time.Sleep(time.Until(freezeAt))
 	if cfg.freeze {
 		if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -317,6 +336,33 @@ func runOnce(cfg config) (*result, error) {
 	wg.Wait()
 	rec.mu.Lock()
 	res.events = rec.events
+	res.process = rec.process
 	rec.mu.Unlock()
 	return res, nil
+}
+
+// watchProcess records, until done closes, each 1 ms sleep that overslept
+// by 10 ms or more, and each GC cycle that ended.
+func watchProcess(rec *recorder, done <-chan struct{}) {
+	sample := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(sample)
+	cycles := sample[0].Value.Uint64()
+	for {
+		t0 := time.Now()
+		select {
+		case <-done:
+			return
+		case <-time.After(time.Millisecond):
+		}
+		now := time.Now()
+		over := now.Sub(t0) - time.Millisecond
+		metrics.Read(sample)
+		n := sample[0].Value.Uint64()
+		if over >= 10*time.Millisecond || n != cycles {
+			rec.mu.Lock()
+			rec.process = append(rec.process, processEvent{t: t0, over: max(over, 0), gc: n != cycles})
+			rec.mu.Unlock()
+		}
+		cycles = n
+	}
 }
