@@ -163,10 +163,15 @@ func (b *breakers) quiet(h *instanceHealth) bool {
 func (h *instanceHealth) fail(err error) {
 	h.report.Lock()
 	defer h.report.Unlock()
-	// An open breaker refuses this, as it would ignore the outcome of an
-	// attempt it let through before it tripped.
-	_, _ = h.cb.Execute(func() (struct{}, error) { return struct{}{}, err })
 	h.failing.Store(true)
+	// The attempt began while the breaker was closed. A breaker that
+	// tripped since ignores it, as it ignores the outcome of an attempt it
+	// let through before it tripped: a half-open one would count it as
+	// its probe.
+	if h.tripped.Load() {
+		return
+	}
+	_, _ = h.cb.Execute(func() (struct{}, error) { return struct{}{}, err })
 }
 
 // settle updates failing after an attempt that went through h's breaker,
@@ -271,7 +276,7 @@ func (b *breakers) forget(addr string) {
 	if h == nil {
 		return
 	}
-	if from := h.cb.State(); from != gobreaker.StateClosed {
+	if from := h.state(); from != gobreaker.StateClosed {
 		b.log.Info("dabb: circuit breaker reset: a new server at the address", "addr", addr, "from", from.String())
 		if b.observer != nil {
 			b.observer.BreakerChanged(addr, from.String(), gobreaker.StateClosed.String())
@@ -350,7 +355,7 @@ func (b *breakers) reset(addr string, h *instanceHealth) {
 	if b.dropIf(addr, h) == nil {
 		return // another call reset it first, or a new server took the address
 	}
-	from := h.cb.State()
+	from := h.state()
 	b.log.Info("dabb: circuit breaker closed: the instance answered while its service was in panic", "addr", addr, "from", from.String())
 	if b.observer != nil {
 		b.observer.BreakerChanged(addr, from.String(), gobreaker.StateClosed.String())

@@ -90,12 +90,11 @@ func (b *breakers) heartbeat(h *instanceHealth) {
 	b.wg.Add(1)
 	b.life.Unlock()
 	defer b.wg.Done()
-	switch h.cb.State() {
-	case gobreaker.StateClosed:
-		return // panic mode closed it meanwhile
-	case gobreaker.StateOpen:
-		// The breaker's own clock has not yet reached its OpenTimeout.
-		h.retrySoon()
+	// The timer fires a period after the breaker opened, and the breaker's
+	// own OpenTimeout is at most that period: it reads half-open now,
+	// unless it closed or opened anew meanwhile (and opened re-armed the
+	// timer).
+	if h.cb.State() != gobreaker.StateHalfOpen {
 		return
 	}
 	var err error
@@ -121,20 +120,9 @@ func (b *breakers) heartbeat(h *instanceHealth) {
 		return
 	}
 	// The failure goes through the breaker as a probe of its own: it
-	// opens again, and opened arms the next heartbeat.
-	_, berr := h.cb.Execute(func() (struct{}, error) { return struct{}{}, fmt.Errorf("%w: %v", errProbeFailed, err) })
-	if errors.Is(berr, gobreaker.ErrOpenState) {
-		h.retrySoon()
-	}
-}
-
-// retrySoon sends the heartbeat again in a millisecond.
-func (h *instanceHealth) retrySoon() {
-	h.probe.Lock()
-	defer h.probe.Unlock()
-	if !h.stopped && h.timer != nil {
-		h.timer.Reset(time.Millisecond)
-	}
+	// opens again, and opened arms the next heartbeat. The cause is
+	// flattened: a dial backoff's error would be excluded from the counts.
+	_, _ = h.cb.Execute(func() (struct{}, error) { return struct{}{}, fmt.Errorf("%w: %v", errProbeFailed, err) })
 }
 
 func (h *instanceHealth) isStopped() bool {
