@@ -129,9 +129,9 @@ func (r *result) summary(out io.Writer) {
 	if !r.froze {
 		who = "the provider a freeze would have stopped (a control run: none was)"
 	}
-	fmt.Fprintf(out, "%d calls, %d failed; baseline p99 %v; worst 250 ms window from 2 s after the freeze: +%v p99 %v (%.2fx, max %v); from 2 s after the freeze %d calls tried %s (longest %v)\n",
+	fmt.Fprintf(out, "%d calls, %d failed; baseline p99 %v; worst 250 ms window from 2 s after the freeze: +%v p99 %v (%.2fx, max %v; the client process stalled %v in it); from 2 s after the freeze %d calls tried %s (longest %v)\n",
 		len(r.calls), r.nfail, b.Round(10*time.Microsecond), w.from, w.p99.Round(10*time.Microsecond),
-		float64(w.p99)/float64(b), w.max.Round(10*time.Microsecond), n, who, longest.Round(10*time.Microsecond))
+		float64(w.p99)/float64(b), w.max.Round(10*time.Microsecond), w.stall.Round(time.Millisecond), n, who, longest.Round(10*time.Microsecond))
 	if r.err != nil {
 		fmt.Fprintf(out, "  first failure: %v\n", r.err)
 	}
