@@ -246,14 +246,19 @@ func (c *Client) guarded(call *Call, addr string, done balancer.Done, run func(s
 		}
 	default:
 		ran := false
-		_, berr := h.cb.Execute(func() (struct{}, error) {
-			ran = true
-			err = run(start)
-			if draining = err != nil && c.pool.ReadOnly(addr); draining {
-				return struct{}{}, errDraining
-			}
-			return struct{}{}, err
-		})
+		berr := errNoHeartbeat
+		// A call probes a tripped breaker only once its instance answered
+		// the heartbeat: none waits on an instance that answers nothing.
+		if !h.tripped.Load() || h.admit.Load() {
+			_, berr = h.cb.Execute(func() (struct{}, error) {
+				ran = true
+				err = run(start)
+				if draining = err != nil && c.pool.ReadOnly(addr); draining {
+					return struct{}{}, errDraining
+				}
+				return struct{}{}, err
+			})
+		}
 		switch {
 		case ran:
 			if draining {

@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -29,10 +30,13 @@ import (
 // the caller's.
 //
 // While a breaker is open its instance is left out of balancing. After
-// OpenTimeout it lets HalfOpenProbes calls through. It closes again when
-// they succeed. When too many of a service's instances are left out (see
-// PanicThreshold), calls go to all of them, and the first that succeeds on
-// an instance closes its breaker.
+// the open period the client sends the instance a heartbeat. No call goes
+// there until it answers. Then the breaker is half-open: it lets
+// HalfOpenProbes calls through, and closes again when they succeed. A
+// heartbeat unanswered, or a probe that fails, opens it again for twice
+// the period, up to MaxOpenTimeout. When too many of a service's instances
+// are left out (see PanicThreshold), calls go to all of them, and the
+// first that succeeds on an instance closes its breaker.
 type BreakerConfig struct {
 	// ConsecutiveFailures is the run of failures that opens the breaker.
 	// Default 5.
@@ -47,9 +51,17 @@ type BreakerConfig struct {
 	// Window is the period after which a closed breaker forgets its
 	// counts. Default 10 s.
 	Window time.Duration
-	// OpenTimeout is how long the breaker stays open before it lets
-	// probes through. Default 5 s.
+	// OpenTimeout is how long the breaker stays open the first time
+	// before it sends the heartbeat. Default 5 s.
 	OpenTimeout time.Duration
+	// MaxOpenTimeout bounds the open period, which doubles each time the
+	// breaker opens again: after a failed probe, or a trip within the
+	// last open period's length after it closed. Default 60 s; never
+	// below OpenTimeout.
+	MaxOpenTimeout time.Duration
+	// ProbeTimeout is how long the heartbeat that ends an open period may
+	// take to be answered. Default 1 s.
+	ProbeTimeout time.Duration
 	// HalfOpenProbes is how many calls may probe a half-open instance at
 	// once. Default 1.
 	HalfOpenProbes uint32
@@ -75,6 +87,13 @@ func (b BreakerConfig) withDefaults() BreakerConfig {
 	if b.OpenTimeout <= 0 {
 		b.OpenTimeout = 5 * time.Second
 	}
+	if b.MaxOpenTimeout <= 0 {
+		b.MaxOpenTimeout = 60 * time.Second
+	}
+	b.MaxOpenTimeout = max(b.MaxOpenTimeout, b.OpenTimeout)
+	if b.ProbeTimeout <= 0 {
+		b.ProbeTimeout = time.Second
+	}
 	if b.HalfOpenProbes == 0 {
 		b.HalfOpenProbes = 1
 	}
@@ -94,6 +113,16 @@ type breakers struct {
 	// gen changes whenever a breaker trips, closes or goes: panic
 	// verdicts computed under an older gen are stale.
 	gen atomic.Uint64
+
+	// ping sends the heartbeat that ends an open period (transport's
+	// Pool.Ping); nil takes every heartbeat as answered.
+	ping   func(ctx context.Context, addr string) error
+	ctx    context.Context // ends with close, and the heartbeats with it
+	cancel context.CancelFunc
+	life   sync.Mutex // orders close against heartbeats starting
+	// closing is set by close: no heartbeat starts after it.
+	closing atomic.Bool
+	wg      sync.WaitGroup // heartbeats in flight
 }
 
 // instanceHealth is what the client knows of one instance's health.
@@ -107,6 +136,16 @@ type instanceHealth struct {
 	// be above zero; report serialises setting and clearing it.
 	failing atomic.Bool
 	report  sync.Mutex
+
+	// admit is set while the breaker is not closed and the instance
+	// answered the heartbeat: calls may probe it.
+	admit atomic.Bool
+	probe sync.Mutex // guards the fields below
+	// period is the current open period, or the last one.
+	period   time.Duration
+	closedAt time.Time   // when the breaker last closed
+	timer    *time.Timer // sends the heartbeat at the end of the period
+	stopped  bool        // the breaker went, or the client closed
 }
 
 // quiet reports whether an attempt may bypass h's breaker: it is closed
@@ -124,10 +163,15 @@ func (b *breakers) quiet(h *instanceHealth) bool {
 func (h *instanceHealth) fail(err error) {
 	h.report.Lock()
 	defer h.report.Unlock()
-	// An open breaker refuses this, as it would ignore the outcome of an
-	// attempt it let through before it tripped.
-	_, _ = h.cb.Execute(func() (struct{}, error) { return struct{}{}, err })
 	h.failing.Store(true)
+	// The attempt began while the breaker was closed. A breaker that
+	// tripped since ignores it, as it ignores the outcome of an attempt it
+	// let through before it tripped: a half-open one would count it as
+	// its probe.
+	if h.tripped.Load() {
+		return
+	}
+	_, _ = h.cb.Execute(func() (struct{}, error) { return struct{}{}, err })
 }
 
 // settle updates failing after an attempt that went through h's breaker,
@@ -151,6 +195,7 @@ func (h *instanceHealth) settle(err error) {
 
 func newBreakers(cfg BreakerConfig, log *slog.Logger, obs Observer) *breakers {
 	b := &breakers{cfg: cfg.withDefaults(), log: log, observer: obs}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
 	empty := map[string]*instanceHealth{}
 	b.m.Store(&empty)
 	return b
@@ -188,12 +233,30 @@ func (b *breakers) lookup(addr string) (*instanceHealth, bool) {
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			h.tripped.Store(to != gobreaker.StateClosed)
 			b.gen.Add(1)
+			admitted := h.admit.Load()
+			switch to {
+			case gobreaker.StateOpen:
+				b.opened(h, from)
+			case gobreaker.StateClosed:
+				h.closed()
+			case gobreaker.StateHalfOpen:
+				// The breaker's own clock says so. The half-open that
+				// counts begins when the instance answers the heartbeat,
+				// which reports it.
+				return
+			}
+			if to == gobreaker.StateOpen && from == gobreaker.StateHalfOpen && !admitted {
+				// The heartbeat went unanswered: open it was, open it
+				// stays, for longer.
+				b.log.Info("dabb: circuit breaker stays open: no answer to a heartbeat", "addr", name, "for", h.openPeriod())
+				return
+			}
 			b.log.Warn("dabb: circuit breaker", "addr", name, "from", from.String(), "to", to.String())
 			if b.observer != nil {
 				b.observer.BreakerChanged(name, from.String(), to.String())
 			}
 		},
-		IsSuccessful: func(err error) bool { return !instanceFailure(err) },
+		IsSuccessful: func(err error) bool { return !instanceFailure(err) && !errors.Is(err, errProbeFailed) },
 		IsExcluded:   excludedFromBreaker,
 	})
 	next := make(map[string]*instanceHealth, len(old)+1)
@@ -213,7 +276,7 @@ func (b *breakers) forget(addr string) {
 	if h == nil {
 		return
 	}
-	if from := h.cb.State(); from != gobreaker.StateClosed {
+	if from := h.state(); from != gobreaker.StateClosed {
 		b.log.Info("dabb: circuit breaker reset: a new server at the address", "addr", addr, "from", from.String())
 		if b.observer != nil {
 			b.observer.BreakerChanged(addr, from.String(), gobreaker.StateClosed.String())
@@ -221,9 +284,10 @@ func (b *breakers) forget(addr string) {
 	}
 }
 
-// open reports whether addr's breaker takes no attempt now. It is open, or
-// half-open with all its probes taken. The balancer then leaves the
-// instance out rather than have the breaker refuse what it picked.
+// open reports whether addr's breaker takes no attempt now. It is open,
+// half-open before its instance answered the heartbeat, or half-open with
+// all its probes taken. The balancer then leaves the instance out rather
+// than have the breaker refuse what it picked.
 func (b *breakers) open(addr string) bool {
 	if b.cfg.Disabled {
 		return false
@@ -233,6 +297,9 @@ func (b *breakers) open(addr string) bool {
 	// breaker costs one atomic load, not the breaker's lock and the clock.
 	if h == nil || !h.tripped.Load() {
 		return false
+	}
+	if !h.admit.Load() {
+		return true // no call until the instance answers the heartbeat
 	}
 	// An open breaker turns half-open lazily, when asked after its
 	// timeout: State asks, for a breaker that is not closed.
@@ -270,6 +337,7 @@ func (b *breakers) dropIf(addr string, want *instanceHealth) *instanceHealth {
 	}
 	b.m.Store(&next)
 	b.gen.Add(1)
+	h.stop()
 	return h
 }
 
@@ -287,7 +355,7 @@ func (b *breakers) reset(addr string, h *instanceHealth) {
 	if b.dropIf(addr, h) == nil {
 		return // another call reset it first, or a new server took the address
 	}
-	from := h.cb.State()
+	from := h.state()
 	b.log.Info("dabb: circuit breaker closed: the instance answered while its service was in panic", "addr", addr, "from", from.String())
 	if b.observer != nil {
 		b.observer.BreakerChanged(addr, from.String(), gobreaker.StateClosed.String())
@@ -301,7 +369,17 @@ func (c *Client) BreakerState(addr string) string {
 	if h == nil {
 		return gobreaker.StateClosed.String()
 	}
-	return h.cb.State().String()
+	return h.state().String()
+}
+
+// state returns h's breaker state as the client acts on it: half-open
+// only once the instance answered the heartbeat.
+func (h *instanceHealth) state() gobreaker.State {
+	s := h.cb.State()
+	if s == gobreaker.StateHalfOpen && !h.admit.Load() {
+		return gobreaker.StateOpen
+	}
+	return s
 }
 
 // errBreakerOpen is the cause of the error for an attempt a breaker refused.

@@ -2,11 +2,15 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/registry"
 	"github.com/dabbrpc/dabb/transport"
@@ -51,16 +55,16 @@ func TestBreakerClasses(t *testing.T) {
 // and refused by the breaker.
 func TestHalfOpenWithProbeInFlightIsUnavailable(t *testing.T) {
 	b := newBreakers(BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: 20 * time.Millisecond}, slog.New(slog.DiscardHandler), nil)
+	defer b.close()
 	const addr = "10.0.0.1:20880"
 	fail := &protocol.Error{Status: protocol.StatusServerError, Remote: true}
 	_, _ = b.get(addr).cb.Execute(func() (struct{}, error) { return struct{}{}, fail })
 	if !b.open(addr) {
 		t.Fatal("breaker not open after a failure with ConsecutiveFailures 1")
 	}
-	time.Sleep(30 * time.Millisecond) // past OpenTimeout: the breaker turns half-open
-	if b.open(addr) {
-		t.Fatal("a half-open breaker with no probe taken is left out")
-	}
+	// Past OpenTimeout the heartbeat (none here: b.ping is nil) turns the
+	// breaker half-open. One with no probe taken is offered.
+	wait.Until(t, breakerTestTimeout, time.Millisecond, "the half-open breaker to be offered", func() bool { return !b.open(addr) })
 	// A probe whose outcome says nothing of the instance (the caller gave
 	// up) frees its slot: the next probe may go.
 	gaveUp := &protocol.Error{Status: protocol.StatusClientError, Err: context.Canceled}
@@ -171,3 +175,97 @@ func (b *breakers) get(addr string) *instanceHealth {
 	h, _ := b.lookup(addr)
 	return h
 }
+
+// TestOpenPeriodGrows: an open breaker sends a heartbeat at the end of
+// each open period and takes no call meanwhile, nor while the heartbeat
+// is out. Each heartbeat left unanswered doubles the period, up to
+// MaxOpenTimeout. An answer turns it half-open, and a call may probe. A
+// trip soon after it closed doubles the last period again; one after the
+// instance stayed closed for that long starts from OpenTimeout.
+func TestOpenPeriodGrows(t *testing.T) {
+	const addr = "10.0.0.1:20880"
+	b := newBreakers(BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: 5 * time.Millisecond, MaxOpenTimeout: 20 * time.Millisecond},
+		slog.New(slog.DiscardHandler), nil)
+	defer b.close()
+	pings := make(chan string)
+	answers := make(chan error)
+	b.ping = func(ctx context.Context, a string) error {
+		select {
+		case pings <- a:
+			return <-answers
+		case <-ctx.Done(): // the test ended with a heartbeat due
+			return ctx.Err()
+		}
+	}
+	heartbeat := func(answer error) {
+		t.Helper()
+		select {
+		case a := <-pings:
+			if a != addr {
+				t.Fatalf("heartbeat to %s, want %s", a, addr)
+			}
+		case <-time.After(breakerTestTimeout):
+			t.Fatal("no heartbeat at the end of the open period")
+		}
+		if !b.open(addr) {
+			t.Fatal("the instance is offered to the balancer while its heartbeat is out")
+		}
+		answers <- answer
+	}
+	fail := &protocol.Error{Status: protocol.StatusServerError, Remote: true}
+	h := b.get(addr)
+	h.fail(fail)
+	if !b.open(addr) || h.openPeriod() != 5*time.Millisecond {
+		t.Fatalf("after a failure: open %v, period %v; want open for 5ms", b.open(addr), h.openPeriod())
+	}
+	for _, want := range []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond} {
+		heartbeat(errors.New("no answer"))
+		// The next heartbeat is armed once the period is set.
+		wait.Until(t, breakerTestTimeout, time.Millisecond, "the breaker to open again", func() bool { return h.cb.State() == gobreaker.StateOpen })
+		if got := h.openPeriod(); got != want {
+			t.Fatalf("open period %v after an unanswered heartbeat, want %v", got, want)
+		}
+		if !b.open(addr) {
+			t.Fatal("the instance is offered to the balancer before it answered a heartbeat")
+		}
+	}
+	heartbeat(nil)
+	wait.Until(t, breakerTestTimeout, time.Millisecond, "the instance to be offered after it answered", func() bool { return !b.open(addr) })
+	// The call that probes fails: open again, for twice the last period
+	// (capped).
+	if _, err := h.cb.Execute(func() (struct{}, error) { return struct{}{}, fail }); err != fail {
+		t.Fatalf("the probe call = %v, want it run", err)
+	}
+	if !b.open(addr) || h.openPeriod() != 20*time.Millisecond {
+		t.Fatalf("after a failed probe: open %v, period %v; want open for 20ms", b.open(addr), h.openPeriod())
+	}
+	heartbeat(nil)
+	wait.Until(t, breakerTestTimeout, time.Millisecond, "the instance to be offered after it answered", func() bool { return !b.open(addr) })
+	if _, err := h.cb.Execute(func() (struct{}, error) { return struct{}{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if h.cb.State() != gobreaker.StateClosed {
+		t.Fatalf("breaker %s after a successful probe, want closed", h.cb.State())
+	}
+	// A trip right after it closed: the instance is still unwell.
+	h.fail(fail)
+	if got := h.openPeriod(); got != 20*time.Millisecond {
+		t.Fatalf("open period %v after a trip right after closing, want 20ms", got)
+	}
+	heartbeat(nil)
+	wait.Until(t, breakerTestTimeout, time.Millisecond, "the instance to be offered after it answered", func() bool { return !b.open(addr) })
+	if _, err := h.cb.Execute(func() (struct{}, error) { return struct{}{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	// Closed for longer than the last period: back to OpenTimeout.
+	h.probe.Lock()
+	h.closedAt = h.closedAt.Add(-time.Minute)
+	h.probe.Unlock()
+	h.fail(fail)
+	if got := h.openPeriod(); got != 5*time.Millisecond {
+		t.Fatalf("open period %v after a trip long after closing, want 5ms", got)
+	}
+}
+
+// breakerTestTimeout bounds the waits of the internal breaker tests.
+const breakerTestTimeout = 10 * time.Second

@@ -104,6 +104,7 @@ func NewClient(r registry.Registry, opts ...Option) (*Client, error) {
 	c.opts.retry = c.opts.retry.withDefaults()
 	c.budget = newRetryBudget(c.opts.retry.BudgetRatio, c.opts.retry.BudgetFloor)
 	c.breakers = newBreakers(c.opts.breaker, c.opts.logger, c.opts.observer)
+	c.breakers.ping = c.pool.Ping
 	empty := map[string]*serviceState{}
 	c.services.Store(&empty)
 	c.keyPrefix = strconv.FormatUint(rand.Uint64(), 36) + "-"
@@ -133,6 +134,7 @@ func (c *Client) Close() error {
 		st.unsub()
 	}
 	c.cache.Close()
+	c.breakers.close()
 	return c.pool.Close()
 }
 

@@ -336,6 +336,15 @@ func (c *clientConn) event(m *protocol.Message) {
 	switch {
 	case m.IsHeartbeat():
 		_ = c.w.writeEvent(eventHeartbeatResponse, m.Header.ID())
+	case m.IsHeartbeatResponse():
+		// The answer to a Ping waits in the pending table; one to the
+		// timer's own heartbeat finds no entry there.
+		if cl, ok, drained := c.take(m.Header.ID()); ok {
+			cl.ch <- getMessage() // m goes back to the pool after event; ping releases this one
+			if drained {
+				c.closeDrained()
+			}
+		}
 	case m.IsReadOnly():
 		// Mark the address before this connection refuses calls or goes.
 		// So callers never fall back on its other connections meanwhile.
