@@ -65,8 +65,12 @@ func runConsumer(args []string) error {
 		return errors.New("give one of -script and -load")
 	}
 	iface := inventoryInterface
-	if *script == "greeter" {
+	switch *script {
+	case "", "inventory":
+	case "greeter":
 		iface = greeterInterface
+	default:
+		return fmt.Errorf("unknown script %q: want inventory or greeter", *script)
 	}
 	cons, err := dial(c, iface, *generic, *timeout)
 	if err != nil {
@@ -94,8 +98,6 @@ func runConsumer(args []string) error {
 		cons.inventoryScript(*requestID)
 	case *script == "greeter":
 		cons.greeterScript()
-	case *script != "":
-		return fmt.Errorf("unknown script %q: want inventory or greeter", *script)
 	default:
 		if err := cons.load(*load, *sku, *n, *k); err != nil {
 			return err
