@@ -105,6 +105,14 @@ func TestDubbogoPeer(t *testing.T) {
 		}
 	})
 
+	t.Run("load until stopped", func(t *testing.T) {
+		l := dubbogotest.StartLoad(t, dubbogotest.ConsumerConfig{ZooKeeper: srv.Addr(), Load: "stock", K: 2})
+		s := l.Stop(t)
+		if s.Calls == 0 || s.Failures != 0 || s.OK != s.Calls {
+			t.Errorf("load = %d calls, %d ok, %d failed (%q), want some, all ok", s.Calls, s.OK, s.Failures, s.Errors)
+		}
+	})
+
 	// On SIGTERM the provider deregisters before it exits.
 	p.Stop()
 	wait.Until(t, 10*time.Second, 50*time.Millisecond, "the provider's node to go", func() bool {

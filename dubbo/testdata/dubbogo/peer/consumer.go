@@ -283,7 +283,9 @@ func (c *consumer) load(method string, sku int64, n, k int) error {
 		case <-time.After(24 * time.Hour):
 		}
 	}()
-	emit(map[string]any{"event": "started", "method": method})
+	// "started" follows the first call's answer, so a load stopped right
+	// after it has made at least one call.
+	var started sync.Once
 	var next, calls, ok, falses, failures atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -312,6 +314,7 @@ func (c *consumer) load(method string, sku int64, n, k int) error {
 					r = c.call("load", "stock", nil, new(int64), sku)
 				}
 				calls.Add(1)
+				started.Do(func() { emit(map[string]any{"event": "started", "method": method}) })
 				if r.Error != "" {
 					failures.Add(1)
 					mu.Lock()
