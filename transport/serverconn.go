@@ -368,7 +368,7 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		sc.running[req.Header.ID()] = call
 		sc.callsMu.Unlock()
 	}
-	s.handOff(call)
+	s.workers.handOff(call)
 }
 
 // announce sends the read-only event on this connection, once.
