@@ -65,9 +65,13 @@ type Server struct {
 	// nconns counts the places of MaxConns taken: the tracked
 	// connections and those accepted that track has not yet taken.
 	nconns atomic.Int64
-	// refusedLog is when a connection over MaxConns was last logged, in
-	// Unix nanoseconds.
+	// refusedLog and evictedLog are when a connection refused, or
+	// closed to make room, at MaxConns was last logged, in Unix
+	// nanoseconds. evicted counts the connections closed to make room
+	// since the last such line.
 	refusedLog atomic.Int64
+	evictedLog atomic.Int64
+	evicted    atomic.Int64
 
 	peerLogMu  sync.Mutex           // guards peerLogged
 	peerLogged map[string]time.Time // by IP: when a refused connection was last logged
@@ -297,27 +301,6 @@ func (s *Server) endDrain(st *listenerState) {
 	}
 }
 
-// full takes one of the MaxConns places for nc, or closes nc and reports
-// true when the server holds MaxConns connections already. forget gives
-// the place back, and so does unplace for a connection track refused.
-func (s *Server) full(nc net.Conn) bool {
-	// The place is taken before the check: two listeners accepting at
-	// once must not both see the last one free.
-	if s.nconns.Add(1) <= int64(s.cfg.MaxConns) {
-		return false
-	}
-	s.nconns.Add(-1)
-	_ = nc.Close()
-	now := time.Now().UnixNano()
-	// One line a second at most: a flood of connections must not become
-	// a flood of log lines.
-	if last := s.refusedLog.Load(); now-last >= int64(time.Second) && s.refusedLog.CompareAndSwap(last, now) {
-		s.log.Warn("transport: too many connections; closing new ones at once",
-			"max_conns", s.cfg.MaxConns, "remote", nc.RemoteAddr())
-	}
-	return true
-}
-
 // track registers a connection and counts its goroutine. It refuses
 // every connection once the server is closed, and, while it drains, all
 // but those accepted from a listener's queue (sc.drained).
@@ -335,10 +318,6 @@ func (s *Server) track(sc *serverConn) bool {
 	}
 	return true
 }
-
-// unplace gives back the place full took for a connection that track
-// refused.
-func (s *Server) unplace() { s.nconns.Add(-1) }
 
 // forget removes a closed connection.
 func (s *Server) forget(sc *serverConn) {

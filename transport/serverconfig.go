@@ -60,10 +60,18 @@ type ServerConfig struct {
 	// zero or less means the default.
 	HandshakeTimeout time.Duration
 
-	// MaxConns bounds the connections the server holds at once. A
-	// connection over it is closed as soon as it is accepted. The log says
-	// so at most once a second. Default 10000; zero or less means the
-	// default.
+	// MaxConns bounds the connections the server holds at once.
+	// Default 10000; zero or less means the default.
+	//
+	// At MaxConns a new connection is admitted by closing another one. The
+	// server closes the oldest connection that has not completed a valid
+	// frame. With none, it closes the one that has gone longest without a
+	// call in flight: a request read whole and not yet answered. It never
+	// closes a connection with a call in flight. When every connection has
+	// one, the new connection is closed as soon as it is accepted, the
+	// Observer is told (RejectMaxConns), and the log says so at most once
+	// a second. While the server shuts down it closes no connection to
+	// make room.
 	MaxConns int
 
 	// BodyBudget bounds the bytes of the request bodies over 64 KiB that
