@@ -20,9 +20,32 @@ import (
 	"github.com/dabbrpc/dabb/protocol"
 )
 
+// gateServer's handler reports each call on entered, then answers a
+// "quick" one at once and blocks the others until release is closed.
+type gateServer struct {
+	*testServer
+	entered chan string
+	release chan struct{}
+}
+
+func startGateServer(t *testing.T, cfg ServerConfig) *gateServer {
+	gs := &gateServer{entered: make(chan string, 100), release: make(chan struct{})}
+	gs.testServer = startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		gs.entered <- string(req.Payload)
+		if string(req.Payload) != "quick" {
+			select {
+			case <-gs.release:
+			case <-ctx.Done():
+			}
+		}
+		resp.Payload = append(resp.Payload[:0], req.Payload...)
+	}), cfg)
+	return gs
+}
+
 // blockedCall starts a call on its own one-connection pool that blocks in
 // bs's handler, and returns its result channel once the handler has it.
-func blockedCall(t *testing.T, bs *blockingServer, payload string) <-chan error {
+func blockedCall(t *testing.T, bs *gateServer, payload string) <-chan error {
 	t.Helper()
 	p := newPool(t, Config{ConnsPerAddr: 1})
 	done := make(chan error, 1)
@@ -57,7 +80,7 @@ func TestMaxConnsRefusesWhenAllBusy(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	obs := &countingObserver{}
 	const limit = 3
-	bs := startBlockingServer(t, ServerConfig{MaxConns: limit, Logger: log, Observer: obs})
+	bs := startGateServer(t, ServerConfig{MaxConns: limit, Logger: log, Observer: obs})
 	var calls []<-chan error
 	for i := range limit {
 		calls = append(calls, blockedCall(t, bs, "held"+string(rune('0'+i))))
@@ -91,37 +114,83 @@ func TestMaxConnsRefusesWhenAllBusy(t *testing.T) {
 	}
 }
 
-// At MaxConns, a new connection takes the place of the oldest one that has
-// not completed a valid frame, even when another has been idle longer;
-// then of the one idle longest; never of one with a call in flight.
+// setGrace sets the time a new connection has to send a valid frame
+// before it is evicted ahead of idle ones.
+func setGrace(s *Server, d time.Duration) {
+	s.mu.Lock()
+	s.grace = d
+	s.mu.Unlock()
+}
+
+// At MaxConns, a new connection takes the place of, in turn: the oldest
+// one without a valid frame past its grace; the oldest that never made a
+// call; the one longest idle since its last answer; never one with a call
+// in flight.
 func TestMaxConnsEvictionOrder(t *testing.T) {
 	obs := &countingObserver{}
-	bs := startBlockingServer(t, ServerConfig{MaxConns: 4, Observer: obs})
-	idleA, rdA := validConn(t, bs.addr) // the first accepted, idle since
+	bs := startGateServer(t, ServerConfig{MaxConns: 4, Observer: obs})
+	setGrace(bs.srv, time.Hour) // every silent connection is in its grace
+	// A call that is answered at once.
+	ran := func(p *Pool) {
+		t.Helper()
+		resp, err := p.RoundTrip(testCtx(t), bs.addr, newRequest("quick"))
+		if err != nil {
+			t.Fatalf("quick call: %v", err)
+		}
+		p.Release(resp)
+		waitFor(t, bs.entered, "the handler's report of a quick call")
+	}
+	called := newPool(t, Config{ConnsPerAddr: 1})
+	ran(called) // the first connection, idle since its answer
+	idleA, _ := validConn(t, bs.addr)
 	silent := dialRaw(t, bs.addr)
 	if _, err := silent.Write(halfHeader); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the server to hold the silent connection", func() bool { return bs.srv.nconns.Load() == 2 })
+	eventually(t, "the server to hold the silent connection", func() bool { return bs.srv.nconns.Load() == 3 })
 	busy := blockedCall(t, bs, "busy")
-	idleD, rdD := validConn(t, bs.addr)
 
-	// Full. The silent connection goes first, though idleA waited longer.
+	// Full. The silent connection is in its grace. idleA, which never
+	// made a call, goes before the older one that did.
+	idleD, rdD := validConn(t, bs.addr)
+	closedWithin(t, idleA, time.Now(), 5*time.Second)
+
+	// Its grace over, the silent connection goes first.
+	setGrace(bs.srv, 0)
 	idleE, rdE := validConn(t, bs.addr)
 	closedWithin(t, silent, time.Now(), 5*time.Second)
-	heartbeat(t, idleA, rdA, 2)
-
-	// Then the longest idle: idleA, not the older busy connection.
-	idleF, rdF := validConn(t, bs.addr)
-	closedWithin(t, idleA, time.Now(), 5*time.Second)
 	heartbeat(t, idleD, rdD, 2)
-	heartbeat(t, idleE, rdE, 2)
 
-	// Then idleD, accepted before idleE and idleF.
+	// Then idleD, the older of the two that never made a call.
 	validConn(t, bs.addr)
 	closedWithin(t, idleD, time.Now(), 5*time.Second)
-	heartbeat(t, idleE, rdE, 3)
-	heartbeat(t, idleF, rdF, 2)
+	heartbeat(t, idleE, rdE, 2)
+
+	// The connection that made a call is still there: another call on
+	// it opens none.
+	opened := obs.opened.Load()
+	ran(called)
+	if n := obs.opened.Load() - opened; n != 0 {
+		t.Errorf("a call on the connection that made one opened %d connections: it was closed", n)
+	}
+
+	// With only connections that made calls, the one idle longest goes.
+	// Pools p1 and p2 take the places of idleE and the last one; then p3
+	// takes that of called, idle since before p1 and p2 called.
+	p1, p2, p3 := newPool(t, Config{ConnsPerAddr: 1}), newPool(t, Config{ConnsPerAddr: 1}), newPool(t, Config{ConnsPerAddr: 1})
+	ran(p1)
+	ran(p2)
+	opened = obs.opened.Load()
+	ran(p3)
+	ran(p1)
+	ran(p2)
+	if n := obs.opened.Load() - opened; n != 1 {
+		t.Errorf("p3 and a call each on p1 and p2 opened %d connections, want 1 (p3's)", n)
+	}
+	ran(called)
+	if n := obs.opened.Load() - opened; n != 2 {
+		t.Errorf("the connection idle longest was not the one closed for p3: a call on it opened %d connections in all, want 2", n)
+	}
 
 	close(bs.release)
 	if err := waitFor(t, busy, "the busy call"); err != nil {
@@ -129,9 +198,6 @@ func TestMaxConnsEvictionOrder(t *testing.T) {
 	}
 	if n := obs.maxConns.Load(); n != 0 {
 		t.Errorf("%d connections refused, want 0: each could make room", n)
-	}
-	if n := bs.srv.nconns.Load(); n != 4 {
-		t.Errorf("the server counts %d connections, want MaxConns (4)", n)
 	}
 }
 
@@ -353,11 +419,10 @@ func TestMaxConnsUnderAttack(t *testing.T) {
 		cancel()
 		_ = p.Close()
 	}
-	if half.reopened.Load() == 0 {
-		t.Errorf("the server closed none of the attacker's half headers to make room")
+	if half.reopened.Load()+idle.reopened.Load() == 0 {
+		t.Errorf("the server closed none of the attacker's connections to make room")
 	}
 	if n := obs.maxConns.Load(); n != 0 {
 		t.Errorf("%d connections refused; want 0: there was always one to close", n)
 	}
-	_ = idle
 }

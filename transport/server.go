@@ -72,6 +72,11 @@ type Server struct {
 	refusedLog atomic.Int64
 	evictedLog atomic.Int64
 	evicted    atomic.Int64
+	// grace is evictGrace of the config.
+	grace time.Duration
+	// victims are the next connections evict closes, from its last pass
+	// over conns. Guarded by mu.
+	victims []candidate
 
 	peerLogMu  sync.Mutex           // guards peerLogged
 	peerLogged map[string]time.Time // by IP: when a refused connection was last logged
@@ -164,6 +169,7 @@ func NewServer(h Handler, cfg ServerConfig) *Server {
 		bodies:    semaphore.NewWeighted(cfg.BodyBudget),
 	}
 	s.workers = newWorkers(&s.wg)
+	s.grace = evictGrace(&s.cfg)
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -63,11 +63,15 @@ type ServerConfig struct {
 	// MaxConns bounds the connections the server holds at once.
 	// Default 10000; zero or less means the default.
 	//
-	// At MaxConns a new connection is admitted by closing another one. The
-	// server closes the oldest connection that has not completed a valid
-	// frame. With none, it closes the one that has gone longest without a
-	// call in flight: a request read whole and not yet answered. It never
-	// closes a connection with a call in flight. When every connection has
+	// At MaxConns a new connection is admitted by closing another one.
+	// The server closes, first, the oldest connection that has not
+	// completed a valid frame within 1s of its accept (or half of
+	// FirstFrameTimeout, if less). Then, of those with no call in flight,
+	// the oldest that never made a call. Then the one that has waited
+	// longest since its last answer. Last, the oldest of those just
+	// accepted and still without a valid frame. A call is in flight from
+	// its request, read whole, until its answer. A connection with a call
+	// in flight is never closed to make room. When every connection has
 	// one, the new connection is closed as soon as it is accepted, the
 	// Observer is told (RejectMaxConns), and the log says so at most once
 	// a second. While the server shuts down it closes no connection to

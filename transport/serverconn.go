@@ -62,8 +62,8 @@ type serverConn struct {
 	// inflight counts the calls dispatched and not yet answered: a
 	// connection with one is never evicted. evict sets it to evicting.
 	inflight atomic.Int64
-	// idleSince is when inflight last dropped to 0, or accepted, in Unix
-	// nanoseconds.
+	// idleSince is when inflight last dropped to 0, in Unix nanoseconds;
+	// 0 before the first call.
 	idleSince atomic.Int64
 
 	// callsMu guards running: the two-way calls of this connection by
@@ -83,7 +83,6 @@ func newServerConn(s *Server, nc net.Conn) *serverConn {
 	sc := &serverConn{s: s, nc: nc, done: make(chan struct{}), running: make(map[uint64]*serverCall)}
 	sc.peer = Peer{RemoteAddr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()}
 	sc.accepted = time.Now().UnixNano()
-	sc.idleSince.Store(sc.accepted)
 	sc.ctx, sc.cancel = context.WithCancel(s.base)
 	sc.pctx = peerCtx{Context: s.base, peer: &sc.peer}
 	sc.w.init(nc, func(err error) {
