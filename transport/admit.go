@@ -31,7 +31,7 @@ func (s *Server) full(nc net.Conn) bool {
 	// One line a second at most: a flood of connections must not become
 	// a flood of log lines.
 	if logNow(&s.refusedLog) {
-		s.log.Warn("transport: too many connections, every one with a call in flight; closing new ones at once",
+		s.log.Warn("transport: too many connections and none to close for room; closing new ones at once",
 			"max_conns", s.cfg.MaxConns, "remote", nc.RemoteAddr())
 	}
 	return true
