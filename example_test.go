@@ -14,6 +14,7 @@ import (
 	"github.com/dabbrpc/dabb/internal/inventory"
 	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/proxy"
+	"github.com/dabbrpc/dabb/registry"
 	"github.com/dabbrpc/dabb/registry/static"
 )
 
@@ -43,12 +44,8 @@ func Example() {
 	defer client.Close()
 	inv := inventory.NewInventoryClient(client)
 
-	// Wait until the server has published itself.
-	for {
-		if ins, _ := client.Instances(ctx, inventory.InventoryServiceName); len(ins) > 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	if err := waitPublished(ctx, reg, inventory.InventoryServiceName); err != nil {
+		panic(err)
 	}
 	reply, err := inv.Deduct(ctx, &pb.DeductRequest{Sku: "sku-42", Count: 3, RequestId: "order-1"})
 	if err != nil {
@@ -125,15 +122,33 @@ func Example_secure() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	for { // until the server has published itself
-		if ins, _ := c.Instances(ctx, inventory.InventoryServiceName); len(ins) > 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	if err := waitPublished(ctx, reg, inventory.InventoryServiceName); err != nil {
+		log.Fatal(err)
 	}
 	stock, err := inventory.NewInventoryClient(c).Stock(ctx, &pb.StockRequest{Sku: "sku-42"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("stock:", stock.GetCount())
+}
+
+// waitPublished waits until reg lists an instance of service: the server
+// has published itself. It gives up after 5 seconds.
+func waitPublished(ctx context.Context, reg registry.Registry, service string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	w, err := reg.Watch(ctx, service)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", service, err)
+	}
+	defer w.Stop()
+	for {
+		ins, err := w.Next(ctx)
+		if err != nil {
+			return fmt.Errorf("%s not published within 5s: %w", service, err)
+		}
+		if len(ins) > 0 {
+			return nil
+		}
+	}
 }

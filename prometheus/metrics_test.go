@@ -207,6 +207,7 @@ func TestServerMetrics(t *testing.T) {
 		{Name: rejections, Labels: labels{"reason": "budget_spent"}, Value: 1},
 		{Name: rejections, Labels: labels{"reason": "bad_request"}, Value: 1},
 		{Name: rejections, Labels: labels{"reason": "shutdown"}, Value: 0},
+		{Name: rejections, Labels: labels{"reason": "max_conns"}, Value: 0},
 		{Name: connections, Labels: labels{}, Value: 1},
 	})
 	if n := len(promtest.Gather(t, reg)[calls].GetMetric()); n != 3 {

@@ -65,6 +65,7 @@ func snapshotIDs(t *testing.T, path, service string) string {
 // snapshot file nor uses the registry's watcher once the call returns (the
 // caller may have removed the file's directory or closed the registry).
 func TestCacheNoWorkAfterClose(t *testing.T) {
+	leaks := goleak.IgnoreCurrent()
 	path := filepath.Join(t.TempDir(), "registry.json")
 	st := static.New(inst("a.A", "1"))
 	defer st.Close()
@@ -100,7 +101,9 @@ func TestCacheNoWorkAfterClose(t *testing.T) {
 
 	close(release) // the subscriber's call returns
 	released = true
-	time.Sleep(300 * time.Millisecond) // a bound on what must not happen
+	// goleak waits for the cache's goroutines to end; once they have,
+	// nothing more can be written or stopped.
+	goleak.VerifyNone(t, leaks)
 
 	if after := snapshotIDs(t, path, "a.A"); after != atClose {
 		t.Errorf("the snapshot file held [%s] for a.A when Close returned and [%s] afterwards: the cache wrote it after Close had returned", atClose, after)
@@ -182,6 +185,7 @@ func TestCacheCloseFromCallback(t *testing.T) {
 // subscriber's call in progress (which may itself be calling Close), and
 // no subscriber is called once Close has returned.
 func TestCacheCloseDoesNotWaitForSubscribers(t *testing.T) {
+	leaks := goleak.IgnoreCurrent()
 	st := static.New(inst("b.B", "1"))
 	defer st.Close()
 	c := newCache(t, st, registry.CacheConfig{})
@@ -198,7 +202,12 @@ func TestCacheCloseDoesNotWaitForSubscribers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer close(releaseB)
+	released := false
+	defer func() {
+		if !released {
+			close(releaseB)
+		}
+	}()
 	mustRegister(t, st, inst("b.B", "2"))
 	select {
 	case <-inB:
@@ -208,7 +217,11 @@ func TestCacheCloseDoesNotWaitForSubscribers(t *testing.T) {
 	closeWithin(t, c, "Close waited for a subscriber's call in progress")
 	before := calls.Load()
 	mustRegister(t, st, inst("b.B", "3"))
-	time.Sleep(100 * time.Millisecond) // a bound on what must not happen
+	close(releaseB) // the call in progress returns to the watch goroutine
+	released = true
+	// goleak waits for the cache's goroutines to end; once they have,
+	// no call can come any more.
+	goleak.VerifyNone(t, leaks)
 	if n := calls.Load(); n != before {
 		t.Errorf("a subscriber was called %d more time(s) after Close returned", n-before)
 	}

@@ -3,7 +3,7 @@
 package transport
 
 // Rejection is why a server refused a request without running its
-// handler. Its value is short snake_case, fit for a metric label.
+// handler, or a connection. Its value is short snake_case, fit for a metric label.
 type Rejection string
 
 // The reasons a request is refused before its handler.
@@ -23,6 +23,10 @@ const (
 	// (status 60). The Handler reports it, not the transport: a
 	// dabb.Server does.
 	RejectUnimplemented Rejection = "unimplemented"
+	// RejectMaxConns: a new connection, not a request, was closed at
+	// accept. The server held MaxConns connections, each with a call in
+	// flight, so none could be closed to make room.
+	RejectMaxConns Rejection = "max_conns"
 )
 
 // ServerObserver is told what a Server does outside its handler: the
@@ -30,8 +34,9 @@ const (
 // methods are called on the server's goroutines, the reader's among
 // them. They must be quick and safe for concurrent use.
 type ServerObserver interface {
-	// Rejected reports one request refused for reason. A one-way
-	// request counts too, though no answer goes back to it.
+	// Rejected reports one request refused for reason, or one
+	// connection (RejectMaxConns). A one-way request counts too, though
+	// no answer goes back to it.
 	Rejected(reason Rejection)
 	// ConnOpened reports a connection the server began to serve, before
 	// its TLS handshake if any. A connection closed at once over

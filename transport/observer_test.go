@@ -16,6 +16,7 @@ import (
 // countingObserver counts what a server reports. It allocates nothing.
 type countingObserver struct {
 	overload, shutdown, budget, bad, unimplemented atomic.Int64
+	maxConns                                       atomic.Int64
 	opened, closed                                 atomic.Int64
 }
 
@@ -31,6 +32,8 @@ func (o *countingObserver) Rejected(r Rejection) {
 		o.bad.Add(1)
 	case RejectUnimplemented:
 		o.unimplemented.Add(1)
+	case RejectMaxConns:
+		o.maxConns.Add(1)
 	}
 }
 

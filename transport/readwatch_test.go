@@ -1,4 +1,4 @@
-// Tests of the read timeouts and of MaxConns, over loopback TCP.
+// Tests of the read timeouts, over loopback TCP.
 
 package transport
 
@@ -6,12 +6,8 @@ import (
 	"bufio"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
-	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,95 +120,4 @@ func TestFirstFrameTimeout(t *testing.T) {
 	}
 	// The talker has been open as long: one valid frame keeps it.
 	heartbeat(t, talker, rd, 2)
-}
-
-func TestMaxConns(t *testing.T) {
-	var logs lockedBuffer
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	const limit = 3
-	ts := startServer(t, echo, ServerConfig{MaxConns: limit, Logger: log})
-	held := make([]net.Conn, limit)
-	for i := range held {
-		held[i] = dialRaw(t, ts.addr)
-		heartbeat(t, held[i], protocol.NewReader(bufio.NewReader(held[i]), 0), 1)
-	}
-
-	start := time.Now()
-	const surplus = 5
-	var wg sync.WaitGroup
-	for i := range surplus {
-		c := dialRaw(t, ts.addr)
-		wg.Go(func() {
-			if d := closedWithin(t, c, time.Now(), 5*time.Second); d > time.Second {
-				t.Errorf("surplus conn %d closed after %v, want at once", i, d)
-			}
-		})
-	}
-	wg.Wait()
-	lines := strings.Count(logs.String(), "too many connections")
-	if lines < 1 || (time.Since(start) < time.Second && lines != 1) {
-		t.Errorf("%d log lines for %d surplus connections within %v, want 1:\n%s",
-			lines, surplus, time.Since(start), logs.String())
-	}
-
-	// A freed place takes a new connection.
-	_ = held[0].Close()
-	eventually(t, "the server to forget a closed connection", func() bool { return ts.srv.nconns.Load() < limit })
-	c := dialRaw(t, ts.addr)
-	heartbeat(t, c, protocol.NewReader(bufio.NewReader(c), 0), 1)
-	for _, c := range held[1:] {
-		heartbeat(t, c, protocol.NewReader(bufio.NewReader(c), 0), 2)
-	}
-}
-
-// MaxConns holds over all of a server's listeners: of connections racing
-// in through two of them, MaxConns are served and the others closed.
-func TestMaxConnsOverListeners(t *testing.T) {
-	const limit, dials = 4, 40
-	srv := NewServer(echo, ServerConfig{MaxConns: limit, Logger: quietLogger()})
-	var addrs []string
-	served := make(chan error, 2)
-	for range 2 {
-		l := listen(t)
-		addrs = append(addrs, l.Addr().String())
-		go func() { served <- srv.Serve(l) }()
-	}
-	t.Cleanup(func() {
-		_ = srv.Close()
-		for range 2 {
-			if err := waitFor(t, served, "Serve to return"); !errors.Is(err, ErrServerClosed) {
-				t.Errorf("Serve returned %v, want ErrServerClosed", err)
-			}
-		}
-	})
-	var wg sync.WaitGroup
-	var held atomic.Int32
-	for i := range dials {
-		c := dialRaw(t, addrs[i%2])
-		wg.Go(func() {
-			// A served connection answers a heartbeat; a refused one is
-			// closed before it reads it.
-			if _, err := c.Write(protocol.AppendHeartbeat(nil, 1)); err != nil {
-				return
-			}
-			_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
-			m := new(protocol.Message)
-			err := protocol.NewReader(bufio.NewReader(c), 0).Read(m)
-			switch {
-			case err == nil && m.IsHeartbeatResponse():
-				held.Add(1)
-			case err == nil:
-				t.Errorf("connection %d: got a frame that is no heartbeat response", i)
-			case errors.Is(err, os.ErrDeadlineExceeded):
-				t.Errorf("connection %d: neither answered nor closed within %v", i, defaultTestTimeout)
-			}
-		})
-	}
-	wg.Wait()
-	if n := held.Load(); n != limit {
-		t.Errorf("%d connections served, want MaxConns (%d)", n, limit)
-	}
-	if n := srv.nconns.Load(); n != limit {
-		t.Errorf("the server counts %d connections, want %d", n, limit)
-	}
 }

@@ -1,10 +1,9 @@
-// Server, ServerConfig and the server's lifecycle: accept, Serve, Shutdown, Close.
+// The Server's lifecycle: accept, Serve, Shutdown, Close.
 
 package transport
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,126 +16,8 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// Handler serves one request.
-//
-// ServeRPC fills resp: its status (resp.Header.SetStatus; zero means OK),
-// its Payload and its Attachments. After ServeRPC returns, the transport
-// sets resp's magic, id and flags and encodes it. Then it reuses both
-// messages, so neither may be kept after ServeRPC returns.
-//
-// resp.Payload arrives empty, with the capacity of an earlier response.
-// Appending to it (resp.Payload = append(resp.Payload[:0], ...)) allocates
-// nothing. The transport reuses whatever resp.Payload holds once the
-// response is written. A handler that assigns a slice of its own must not
-// touch that slice again. Echoing the request (resp.Payload = req.Payload)
-// is fine: that array stays the request's.
-//
-// ctx carries the request's deadline when the request came with a budget.
-// It is cancelled when the server closes. For a two-way request it is
-// also cancelled when the client sends the cancel event or its connection
-// closes. ctx.Err() is then context.Canceled. No response is sent for a
-// call the client cancelled. Nor is one sent for a call whose budget ran
-// out before the handler returned: its caller has given up. A handler
-// must return once ctx is done. Like the messages, ctx must not be used
-// after ServeRPC returns.
-type Handler interface {
-	ServeRPC(ctx context.Context, req, resp *protocol.Message)
-}
-
-// HandlerFunc adapts a function to a Handler.
-type HandlerFunc func(ctx context.Context, req, resp *protocol.Message)
-
-// ServeRPC calls f(ctx, req, resp).
-func (f HandlerFunc) ServeRPC(ctx context.Context, req, resp *protocol.Message) { f(ctx, req, resp) }
-
-var _ Handler = HandlerFunc(nil)
-
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("transport: server closed")
-
-// ServerConfig configures a Server. The zero value works.
-type ServerConfig struct {
-	// MaxConcurrent bounds the requests running at once on the server.
-	// A request over it is answered at once with status 100, never queued.
-	// Default 10000; zero or less means the default.
-	MaxConcurrent int
-
-	// MaxBody limits the body of a request and of a response, in bytes.
-	// A larger request is dropped and answered with status 40. One that
-	// claims over 64 MiB closes its connection. A larger response is
-	// replaced by status 50. Default (zero) protocol.DefaultMaxBody.
-	MaxBody uint32
-
-	// Serializations, when set, says which serialization ids the server
-	// reads. A request in another one (a Dubbo peer's hessian2, say) is
-	// answered with status 40, its body unread. The error is written as
-	// Dubbo writes one in that serialization (protocol.AppendForeignError).
-	// dabb.Server sets it to the codecs the program imported.
-	// Default nil: every id.
-	Serializations func(id byte) bool
-
-	// HeartbeatInterval is how long a connection reads nothing before it
-	// sends a heartbeat. One silent for 3 intervals is closed.
-	// Default 60s; zero or less means the default.
-	HeartbeatInterval time.Duration
-
-	// ShutdownLinger bounds how long Shutdown waits, after the last
-	// handler, for clients to close their connections. Requests arriving
-	// meanwhile get status 100 and do not run. A dabb Pool closes its
-	// connection once its last call is answered, so the wait is short.
-	// Default 2s; zero or less means the default.
-	ShutdownLinger time.Duration
-
-	// WaitForHandlers makes Close, and a Shutdown whose ctx ends, wait
-	// for the running handlers to return. By default they are left to
-	// return on their own, as net/http's Shutdown and gRPC's Stop do.
-	// Default false.
-	WaitForHandlers bool
-
-	// TLS, when set, makes the server speak TLS on every listener, as a
-	// tls.NewListener would. Set ClientAuth and ClientCAs for mTLS. Its
-	// hooks (GetCertificate, GetConfigForClient) run on every handshake,
-	// so certificates rotate without a restart. Default nil: plaintext.
-	TLS *tls.Config
-
-	// HandshakeTimeout bounds a TLS handshake. It runs on the
-	// connection's goroutine, never in the accept loop. Default 10s;
-	// zero or less means the default.
-	HandshakeTimeout time.Duration
-
-	// MaxConns bounds the connections the server holds at once. A
-	// connection over it is closed as soon as it is accepted. The log says
-	// so at most once a second. Default 10000; zero or less means the
-	// default.
-	MaxConns int
-
-	// BodyBudget bounds the bytes of the request bodies over 64 KiB that
-	// the server receives at once, over all connections. A body that does
-	// not fit waits, before any of it is read: its connection alone stops
-	// reading. Smaller bodies and events never wait. Default 4 × MaxBody;
-	// less than MaxBody means MaxBody.
-	BodyBudget int64
-
-	// FirstFrameTimeout bounds how long a connection may go without a
-	// valid frame after it was accepted (after its TLS handshake, if any).
-	// Then it is closed. Default 10s; zero or less means the default.
-	FirstFrameTimeout time.Duration
-
-	// FrameReadTimeout bounds the reading of one frame, from its first
-	// byte to its last. A connection whose header or body takes longer is
-	// closed. Time spent waiting for BodyBudget does not count.
-	// Default 30s; zero or less means the default.
-	FrameReadTimeout time.Duration
-
-	// Logger receives connection events and handler panics.
-	// Default slog.Default().
-	Logger *slog.Logger
-
-	// Observer, when set, is told of the requests the server refuses
-	// before their handler and of the connections it opens and closes.
-	// Default nil: nothing is reported, at no cost.
-	Observer ServerObserver
-}
 
 // Messages of the statuses the server makes itself.
 var (
@@ -164,14 +45,7 @@ type Server struct {
 	quit   chan struct{} // closed when the server leaves serving
 	wg     sync.WaitGroup
 
-	workersMu   sync.Mutex    // guards the fields below
-	idleWorkers []*idleWorker // a stack: the most recently idle on top
-	reapGen     uint64        // reaps so far
-	reaper      *time.Timer   // retires long-idle workers; nil when none idle
-	queued      callQueue     // requests waiting for a busy worker to finish
-	// waking counts the workers handed a request that have not yet
-	// looked at queued (handOn). While one has not, requests queue.
-	waking int
+	workers *workers // runs the calls; its goroutines count in wg
 
 	mu sync.Mutex // guards the fields below
 	// state holds the serverState. Only enter writes it, holding mu.
@@ -191,9 +65,18 @@ type Server struct {
 	// nconns counts the places of MaxConns taken: the tracked
 	// connections and those accepted that track has not yet taken.
 	nconns atomic.Int64
-	// refusedLog is when a connection over MaxConns was last logged, in
-	// Unix nanoseconds.
+	// refusedLog and evictedLog are when a connection refused, or
+	// closed to make room, at MaxConns was last logged, in Unix
+	// nanoseconds. evicted counts the connections closed to make room
+	// since the last such line.
 	refusedLog atomic.Int64
+	evictedLog atomic.Int64
+	evicted    atomic.Int64
+	// grace is evictGrace of the config.
+	grace time.Duration
+	// victims are the next connections evict closes, from its last pass
+	// over conns. Guarded by mu.
+	victims []candidate
 
 	peerLogMu  sync.Mutex           // guards peerLogged
 	peerLogged map[string]time.Time // by IP: when a refused connection was last logged
@@ -260,7 +143,7 @@ func (s *Server) enter(to serverState) bool {
 			sc.close()
 		}
 		s.cancel()
-		s.closeWorkers()
+		s.workers.close()
 	}
 	return from != to
 }
@@ -274,34 +157,7 @@ func NewServer(h Handler, cfg ServerConfig) *Server {
 				Code: protocol.CodeUnimplemented, Msg: "transport: no handler"})
 		})
 	}
-	if cfg.MaxConcurrent <= 0 {
-		cfg.MaxConcurrent = 10000
-	}
-	if cfg.MaxBody == 0 {
-		cfg.MaxBody = protocol.DefaultMaxBody
-	}
-	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = 60 * time.Second
-	}
-	if cfg.ShutdownLinger <= 0 {
-		cfg.ShutdownLinger = 2 * time.Second
-	}
-	if cfg.HandshakeTimeout <= 0 {
-		cfg.HandshakeTimeout = 10 * time.Second
-	}
-	if cfg.BodyBudget <= 0 {
-		cfg.BodyBudget = 4 * int64(cfg.MaxBody)
-	}
-	cfg.BodyBudget = max(cfg.BodyBudget, int64(cfg.MaxBody))
-	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = 10000
-	}
-	if cfg.FirstFrameTimeout <= 0 {
-		cfg.FirstFrameTimeout = 10 * time.Second
-	}
-	if cfg.FrameReadTimeout <= 0 {
-		cfg.FrameReadTimeout = 30 * time.Second
-	}
+	cfg = cfg.withDefaults()
 	s := &Server{
 		h:         h,
 		cfg:       cfg,
@@ -312,6 +168,8 @@ func NewServer(h Handler, cfg ServerConfig) *Server {
 		conns:     make(map[*serverConn]struct{}),
 		bodies:    semaphore.NewWeighted(cfg.BodyBudget),
 	}
+	s.workers = newWorkers(&s.wg)
+	s.grace = evictGrace(&s.cfg)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -449,27 +307,6 @@ func (s *Server) endDrain(st *listenerState) {
 	}
 }
 
-// full takes one of the MaxConns places for nc, or closes nc and reports
-// true when the server holds MaxConns connections already. forget gives
-// the place back, and so does unplace for a connection track refused.
-func (s *Server) full(nc net.Conn) bool {
-	// The place is taken before the check: two listeners accepting at
-	// once must not both see the last one free.
-	if s.nconns.Add(1) <= int64(s.cfg.MaxConns) {
-		return false
-	}
-	s.nconns.Add(-1)
-	_ = nc.Close()
-	now := time.Now().UnixNano()
-	// One line a second at most: a flood of connections must not become
-	// a flood of log lines.
-	if last := s.refusedLog.Load(); now-last >= int64(time.Second) && s.refusedLog.CompareAndSwap(last, now) {
-		s.log.Warn("transport: too many connections; closing new ones at once",
-			"max_conns", s.cfg.MaxConns, "remote", nc.RemoteAddr())
-	}
-	return true
-}
-
 // track registers a connection and counts its goroutine. It refuses
 // every connection once the server is closed, and, while it drains, all
 // but those accepted from a listener's queue (sc.drained).
@@ -487,10 +324,6 @@ func (s *Server) track(sc *serverConn) bool {
 	}
 	return true
 }
-
-// unplace gives back the place full took for a connection that track
-// refused.
-func (s *Server) unplace() { s.nconns.Add(-1) }
 
 // forget removes a closed connection.
 func (s *Server) forget(sc *serverConn) {

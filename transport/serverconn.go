@@ -55,6 +55,17 @@ type serverConn struct {
 	hb     *time.Timer
 	rt     *time.Timer // runs watchReads
 
+	// accepted is when the server accepted the connection, in Unix
+	// nanoseconds. At MaxConns, the oldest one without a valid frame is
+	// closed first (evict).
+	accepted int64
+	// inflight counts the calls dispatched and not yet answered: a
+	// connection with one is never evicted. evict sets it to evicting.
+	inflight atomic.Int64
+	// idleSince is when inflight last dropped to 0, in Unix nanoseconds;
+	// 0 before the first call.
+	idleSince atomic.Int64
+
 	// callsMu guards running: the two-way calls of this connection by
 	// request id, from dispatch until their handler returned. A cancel
 	// event finds its call there. Ids are the client's, unique per
@@ -71,6 +82,7 @@ func newServerConn(s *Server, nc net.Conn) *serverConn {
 	}
 	sc := &serverConn{s: s, nc: nc, done: make(chan struct{}), running: make(map[uint64]*serverCall)}
 	sc.peer = Peer{RemoteAddr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()}
+	sc.accepted = time.Now().UnixNano()
 	sc.ctx, sc.cancel = context.WithCancel(s.base)
 	sc.pctx = peerCtx{Context: s.base, peer: &sc.peer}
 	sc.w.init(nc, func(err error) {
@@ -320,6 +332,12 @@ func (sc *serverConn) logReadError(err error) {
 // cannot run.
 func (sc *serverConn) dispatch(call *serverCall) {
 	s := sc.s
+	if sc.inflight.Add(1) < 0 {
+		// evict chose this connection and is closing it. Like a request
+		// that arrives after the close, this one is not run.
+		putServerCall(call)
+		return
+	}
 	req := &call.req
 	twoWay := req.Header.Flags().IsTwoWay()
 	var status protocol.Status
@@ -350,6 +368,7 @@ func (sc *serverConn) dispatch(call *serverCall) {
 			}
 			sc.answer(req, status, msg)
 		}
+		sc.callDone()
 		putServerCall(call)
 		return
 	}
@@ -368,7 +387,7 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		sc.running[req.Header.ID()] = call
 		sc.callsMu.Unlock()
 	}
-	s.handOff(call)
+	s.workers.handOff(call)
 }
 
 // announce sends the read-only event on this connection, once.
@@ -496,8 +515,16 @@ func (call *serverCall) finish() {
 			sc.close()
 		}
 	}
+	sc.callDone()
 	s.release()
 	putServerCall(call)
+}
+
+// callDone ends a call counted by inflight, answered or refused.
+func (sc *serverConn) callDone() {
+	if sc.inflight.Add(-1) == 0 {
+		sc.idleSince.Store(time.Now().UnixNano())
+	}
 }
 
 // invoke calls the handler. A panic, or a handler that ends its goroutine

@@ -3,7 +3,10 @@
 
 package transport
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // workerIdle is the least time a worker goroutine stays idle before it
 // exits.
@@ -15,45 +18,67 @@ type idleWorker struct {
 	gen uint64           // reapGen when it went idle
 }
 
+// workers is a server's pool of worker goroutines. Its zero value is not
+// usable: newWorkers makes one.
+type workers struct {
+	// wg is the server's: it counts every worker goroutine, so that
+	// Close with WaitForHandlers and Shutdown wait for them.
+	wg *sync.WaitGroup
+
+	mu      sync.Mutex    // guards the fields below
+	idle    []*idleWorker // a stack: the most recently idle on top
+	reapGen uint64        // reaps so far
+	reaper  *time.Timer   // retires long-idle workers; nil when none idle
+	queued  callQueue     // requests waiting for a busy worker to finish
+	// waking counts the workers handed a request that have not yet
+	// looked at queued (handOn). While one has not, requests queue.
+	waking int
+	// closed is set by close. From then on no worker goes idle.
+	closed bool
+}
+
+// newWorkers returns an empty pool whose goroutines wg counts.
+func newWorkers(wg *sync.WaitGroup) *workers { return &workers{wg: wg} }
+
 // handOff gives call to a worker. With no worker on its way to the queue,
 // it wakes an idle one with call, or starts one. Otherwise call joins the
 // queue, and the first worker to reach it takes it: the one on its way, or
 // one that finished its call.
-func (s *Server) handOff(call *serverCall) {
-	s.workersMu.Lock()
-	if s.waking > 0 {
-		s.queued.push(call)
-		s.workersMu.Unlock()
+func (p *workers) handOff(call *serverCall) {
+	p.mu.Lock()
+	if p.waking > 0 {
+		p.queued.push(call)
+		p.mu.Unlock()
 		return
 	}
-	s.waking++
-	w := s.popIdle()
-	s.workersMu.Unlock()
-	s.wake(w, call)
+	p.waking++
+	w := p.popIdle()
+	p.mu.Unlock()
+	p.wake(w, call)
 }
 
 // wake hands call to w, or to a new worker when w is nil.
-func (s *Server) wake(w *idleWorker, call *serverCall) {
+func (p *workers) wake(w *idleWorker, call *serverCall) {
 	if w != nil {
 		w.ch <- call
 		return
 	}
-	s.wg.Add(1)
-	go s.worker(call)
+	p.wg.Add(1)
+	go p.worker(call)
 }
 
 // worker runs call, then the queued calls it finds, then waits idle for
 // the next call handed to it. One reaper timer per server retires
 // long-idle workers (reap). docs/performance.md ("Server workers") has the
 // measurements.
-func (s *Server) worker(call *serverCall) {
-	defer s.wg.Done()
+func (p *workers) worker(call *serverCall) {
+	defer p.wg.Done()
 	// Reusing the goroutine saves the allocation of a go statement with
 	// an argument per call, and keeps grown stacks warm.
 	w := &idleWorker{ch: make(chan *serverCall, 1)}
 	for call != nil {
-		s.handOn()
-		for ; call != nil; call = s.next(w) {
+		p.handOn()
+		for ; call != nil; call = p.next(w) {
 			call.run()
 		}
 		call = w.wait()
@@ -63,40 +88,40 @@ func (s *Server) worker(call *serverCall) {
 // handOn is the first thing a worker handed a call does, before it runs
 // it: if requests queued meanwhile, it hands the oldest to another worker.
 // So a queued request never waits behind a handler that blocks.
-func (s *Server) handOn() {
-	s.workersMu.Lock()
-	s.waking--
-	next := s.queued.pop()
+func (p *workers) handOn() {
+	p.mu.Lock()
+	p.waking--
+	next := p.queued.pop()
 	var w *idleWorker
 	if next != nil {
-		s.waking++
-		w = s.popIdle()
+		p.waking++
+		w = p.popIdle()
 	}
-	s.workersMu.Unlock()
+	p.mu.Unlock()
 	if next != nil {
-		s.wake(w, next)
+		p.wake(w, next)
 	}
 }
 
 // next returns the oldest queued call. With none, it pushes w on the idle
-// stack and returns nil; once the server is closed, it tells w to exit
-// instead, as closeWorkers tells the idle ones.
-func (s *Server) next(w *idleWorker) *serverCall {
-	s.workersMu.Lock()
-	defer s.workersMu.Unlock()
-	if call := s.queued.pop(); call != nil {
+// stack and returns nil; once the pool is closed, it tells w to exit
+// instead, as close tells the idle ones.
+func (p *workers) next(w *idleWorker) *serverCall {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if call := p.queued.pop(); call != nil {
 		return call
 	}
-	// enter stores closed before closeWorkers takes workersMu. A worker
-	// pushed before that is told to exit there; one after sees closed.
-	if s.current() == closed {
+	// close tells the workers idle then to exit; one that finishes
+	// after sees closed.
+	if p.closed {
 		w.ch <- nil // w is busy, so its channel is empty
 		return nil
 	}
-	w.gen = s.reapGen
-	s.idleWorkers = append(s.idleWorkers, w)
-	if s.reaper == nil {
-		s.reaper = time.AfterFunc(workerIdle, s.reap)
+	w.gen = p.reapGen
+	p.idle = append(p.idle, w)
+	if p.reaper == nil {
+		p.reaper = time.AfterFunc(workerIdle, p.reap)
 	}
 	return nil
 }
@@ -129,54 +154,55 @@ func holdStack(b []byte) { b[len(b)-1] = 0 }
 
 // popIdle pops the most recently idle worker, or returns nil. The caller
 // holds workersMu.
-func (s *Server) popIdle() *idleWorker {
-	n := len(s.idleWorkers)
+func (p *workers) popIdle() *idleWorker {
+	n := len(p.idle)
 	if n == 0 {
 		return nil
 	}
-	w := s.idleWorkers[n-1]
-	s.idleWorkers[n-1] = nil
-	s.idleWorkers = s.idleWorkers[:n-1]
+	w := p.idle[n-1]
+	p.idle[n-1] = nil
+	p.idle = p.idle[:n-1]
 	return w
 }
 
 // reap retires the workers idle since before the previous reap: a whole
 // workerIdle period at least. They sit at the bottom of the stack, since
 // workers are pushed in the order they went idle.
-func (s *Server) reap() {
-	s.workersMu.Lock()
-	defer s.workersMu.Unlock()
-	if s.current() == closed {
-		return // closeWorkers stops the reaper
+func (p *workers) reap() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return // close stopped the reaper
 	}
 	old := 0
-	for old < len(s.idleWorkers) && s.idleWorkers[old].gen < s.reapGen {
-		s.idleWorkers[old].ch <- nil
+	for old < len(p.idle) && p.idle[old].gen < p.reapGen {
+		p.idle[old].ch <- nil
 		old++
 	}
-	n := copy(s.idleWorkers, s.idleWorkers[old:])
-	clear(s.idleWorkers[n:])
-	s.idleWorkers = s.idleWorkers[:n]
-	s.reapGen++
+	n := copy(p.idle, p.idle[old:])
+	clear(p.idle[n:])
+	p.idle = p.idle[:n]
+	p.reapGen++
 	if n == 0 {
-		s.reaper = nil // the next worker to go idle starts it again
+		p.reaper = nil // the next worker to go idle starts it again
 		return
 	}
-	s.reaper.Reset(workerIdle)
+	p.reaper.Reset(workerIdle)
 }
 
-// closeWorkers makes idle workers exit now, and busy ones once their
-// call and the queue are done. enter calls it on closing the server.
-func (s *Server) closeWorkers() {
-	s.workersMu.Lock()
-	defer s.workersMu.Unlock()
-	for _, w := range s.idleWorkers {
+// close makes idle workers exit now, and busy ones once their call and
+// the queue are done. Server.enter calls it on closing the server.
+func (p *workers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, w := range p.idle {
 		w.ch <- nil
 	}
-	s.idleWorkers = nil
-	if s.reaper != nil {
-		s.reaper.Stop()
-		s.reaper = nil
+	p.idle = nil
+	if p.reaper != nil {
+		p.reaper.Stop()
+		p.reaper = nil
 	}
 }
 

@@ -17,16 +17,16 @@ import (
 )
 
 func (s *Server) idleCount() int {
-	s.workersMu.Lock()
-	defer s.workersMu.Unlock()
-	return len(s.idleWorkers)
+	s.workers.mu.Lock()
+	defer s.workers.mu.Unlock()
+	return len(s.workers.idle)
 }
 
 // workerGoroutines counts the goroutines running Server.worker.
 func workerGoroutines() int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), "transport.(*Server).worker(")
+	return strings.Count(string(buf), "transport.(*workers).worker(")
 }
 
 // An idle worker is reused for the next request, survives one reap (it
@@ -55,11 +55,11 @@ func TestWorkersReaped(t *testing.T) {
 	if got := workerGoroutines() - before; got != 1 {
 		t.Fatalf("%d worker goroutines after two sequential calls, want 1 (reused)", got)
 	}
-	s.reap()
+	s.workers.reap()
 	if got := s.idleCount(); got != 1 {
 		t.Fatalf("first reap left %d idle workers, want 1: it went idle in this period", got)
 	}
-	s.reap()
+	s.workers.reap()
 	if got := s.idleCount(); got != 0 {
 		t.Fatalf("second reap left %d idle workers, want 0", got)
 	}
@@ -86,7 +86,7 @@ func TestCloseStopsIdleWorkers(t *testing.T) {
 		t.Errorf("%d idle workers after Close", got)
 	}
 	w := &idleWorker{ch: make(chan *serverCall, 1)}
-	if ts.srv.next(w); ts.srv.idleCount() != 0 || len(w.ch) != 1 || <-w.ch != nil {
+	if ts.srv.workers.next(w); ts.srv.idleCount() != 0 || len(w.ch) != 1 || <-w.ch != nil {
 		t.Errorf("next after Close kept a worker instead of telling it to exit")
 	}
 }

@@ -1,5 +1,5 @@
 // Package probe serves a dabb server's health over HTTP, for
-// Kubernetes-style liveness and readiness probes:
+// Kubernetes-style liveness and readiness probes. Mount its Handler:
 //
 //	mux.Handle("/healthz/", probe.Handler(server)) // /healthz/live, /healthz/ready
 //

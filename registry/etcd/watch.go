@@ -102,48 +102,33 @@ type watcher struct {
 // etcd is lost it returns an error wrapping ErrUnavailable once; the next
 // call returns the full set as soon as etcd answers again.
 func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
-	for {
-		select {
-		case <-w.stop:
-			return nil, registry.ErrWatcherStopped
-		default:
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		w.mu.Lock()
-		if w.ended != nil {
-			err := w.ended
-			w.mu.Unlock()
-			return nil, err
-		}
-		if w.down != nil {
-			err := w.down
-			w.down = nil
-			w.fresh = true
-			w.mu.Unlock()
-			return nil, err
-		}
-		if w.synced && (w.fresh || w.changedLocked()) {
-			w.fresh = false
-			w.forgetBeforeLocked()
-			// A shallow copy: the Metadata maps stay shared, read-only
-			// by the contract of Next.
-			out := make([]registry.Instance, len(w.set))
-			copy(out, w.set)
-			w.mu.Unlock()
-			return out, nil
-		}
-		changed := w.changed
-		w.mu.Unlock()
-		select {
-		case <-changed:
-		case <-w.stop:
-			return nil, registry.ErrWatcherStopped
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	return registry.WaitNext(ctx, w.stop, w.poll)
+}
+
+// poll returns what Next returns now, or the channel closed at the next
+// change when that is nothing yet.
+func (w *watcher) poll() ([]registry.Instance, <-chan struct{}, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended != nil {
+		return nil, nil, w.ended
 	}
+	if w.down != nil {
+		err := w.down
+		w.down = nil
+		w.fresh = true
+		return nil, nil, err
+	}
+	if w.synced && (w.fresh || w.changedLocked()) {
+		w.fresh = false
+		w.forgetBeforeLocked()
+		// A shallow copy: the Metadata maps stay shared, read-only by
+		// the contract of Next.
+		out := make([]registry.Instance, len(w.set))
+		copy(out, w.set)
+		return out, nil, nil
+	}
+	return nil, w.changed, nil
 }
 
 // Stop ends the watch; a blocked Next returns registry.ErrWatcherStopped.

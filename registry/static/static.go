@@ -213,34 +213,23 @@ type watcher struct {
 // Next returns the current set at once on its first call, then blocks
 // until the set differs from the one it last returned.
 func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
-	for {
-		select {
-		case <-w.stop:
-			return nil, registry.ErrWatcherStopped
-		default:
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		set, changed, err := w.r.snapshot(w.service)
-		if err != nil {
-			return nil, err
-		}
-		w.mu.Lock()
-		if !w.started || !registry.EqualSets(set, w.last) {
-			w.started, w.last = true, set
-			w.mu.Unlock()
-			return registry.CloneSet(set), nil
-		}
-		w.mu.Unlock()
-		select {
-		case <-changed:
-		case <-w.stop:
-			return nil, registry.ErrWatcherStopped
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	return registry.WaitNext(ctx, w.stop, w.poll)
+}
+
+// poll returns what Next returns now, or the channel closed at the next
+// change when that is nothing yet.
+func (w *watcher) poll() ([]registry.Instance, <-chan struct{}, error) {
+	set, changed, err := w.r.snapshot(w.service)
+	if err != nil {
+		return nil, nil, err
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.started || !registry.EqualSets(set, w.last) {
+		w.started, w.last = true, set
+		return registry.CloneSet(set), nil, nil
+	}
+	return nil, changed, nil
 }
 
 // Stop ends the watch; a blocked Next returns registry.ErrWatcherStopped.

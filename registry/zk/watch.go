@@ -123,35 +123,27 @@ type watcher struct {
 // ErrNoSession once; the next call returns the full set once the session
 // is back and the set has been read again.
 func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
-	for {
-		if w.ctx.Err() != nil {
-			return nil, registry.ErrWatcherStopped
-		}
-		w.mu.Lock()
-		if err := w.down; err != nil {
-			w.down, w.fresh = nil, true
-			w.mu.Unlock()
-			return nil, err
-		}
-		if w.synced && (w.fresh || differ(w.cur, w.curVersion, w.last, w.lastVersion)) {
-			w.last, w.lastVersion, w.fresh = w.cur, w.curVersion, false
-			// A shallow copy: cur stays the watcher's, the Metadata maps
-			// are shared, read-only by the contract of Next.
-			out := make([]registry.Instance, len(w.cur))
-			copy(out, w.cur)
-			w.mu.Unlock()
-			return out, nil
-		}
-		changed := w.changed
-		w.mu.Unlock()
-		select {
-		case <-changed:
-		case <-w.ctx.Done():
-			return nil, registry.ErrWatcherStopped
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	return registry.WaitNext(ctx, w.ctx.Done(), w.poll)
+}
+
+// poll returns what Next returns now, or the channel closed at the next
+// change when that is nothing yet.
+func (w *watcher) poll() ([]registry.Instance, <-chan struct{}, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.down; err != nil {
+		w.down, w.fresh = nil, true
+		return nil, nil, err
 	}
+	if w.synced && (w.fresh || differ(w.cur, w.curVersion, w.last, w.lastVersion)) {
+		w.last, w.lastVersion, w.fresh = w.cur, w.curVersion, false
+		// A shallow copy: cur stays the watcher's, the Metadata maps are
+		// shared, read-only by the contract of Next.
+		out := make([]registry.Instance, len(w.cur))
+		copy(out, w.cur)
+		return out, nil, nil
+	}
+	return nil, w.changed, nil
 }
 
 // Stop ends the watch; Next returns registry.ErrWatcherStopped.

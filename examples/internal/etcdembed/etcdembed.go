@@ -1,5 +1,5 @@
 // Package etcdembed runs an etcd server inside the process, so the demo
-// has a registry with nothing installed:
+// has a registry with nothing installed. The demo starts it so:
 //
 //	endpoint, stop, err := etcdembed.Start(ctx, "/tmp/inventory-etcd")
 //	if err != nil { ... }

@@ -1,0 +1,428 @@
+// Tests of admission at MaxConns: which connection is closed to make room,
+// and when a new one is refused.
+
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+// gateServer's handler reports each call on entered, then answers a
+// "quick" one at once and blocks the others until release is closed.
+type gateServer struct {
+	*testServer
+	entered chan string
+	release chan struct{}
+}
+
+func startGateServer(t *testing.T, cfg ServerConfig) *gateServer {
+	gs := &gateServer{entered: make(chan string, 100), release: make(chan struct{})}
+	gs.testServer = startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		gs.entered <- string(req.Payload)
+		if string(req.Payload) != "quick" {
+			select {
+			case <-gs.release:
+			case <-ctx.Done():
+			}
+		}
+		resp.Payload = append(resp.Payload[:0], req.Payload...)
+	}), cfg)
+	return gs
+}
+
+// blockedCall starts a call on its own one-connection pool that blocks in
+// bs's handler, and returns its result channel once the handler has it.
+func blockedCall(t *testing.T, bs *gateServer, payload string) <-chan error {
+	t.Helper()
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	done := make(chan error, 1)
+	go func() {
+		resp, err := p.RoundTrip(context.Background(), bs.addr, newRequest(payload))
+		if err == nil {
+			p.Release(resp)
+		}
+		done <- err
+	}()
+	if got := waitFor(t, bs.entered, "the handler to take "+payload); got != payload {
+		t.Fatalf("the handler took %q, want %q", got, payload)
+	}
+	return done
+}
+
+// validConn dials addr and does one heartbeat: the server has read a valid
+// frame from it, and no call.
+func validConn(t *testing.T, addr string) (net.Conn, *protocol.Reader) {
+	t.Helper()
+	c := dialRaw(t, addr)
+	rd := protocol.NewReader(bufio.NewReader(c), 0)
+	heartbeat(t, c, rd, 1)
+	return c, rd
+}
+
+// When every connection has a call in flight, none can be closed: a new
+// one is closed at once, counted as RejectMaxConns, and logged once a
+// second at most.
+func TestMaxConnsRefusesWhenAllBusy(t *testing.T) {
+	var logs lockedBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	obs := &countingObserver{}
+	const limit = 3
+	bs := startGateServer(t, ServerConfig{MaxConns: limit, Logger: log, Observer: obs})
+	var calls []<-chan error
+	for i := range limit {
+		calls = append(calls, blockedCall(t, bs, "held"+string(rune('0'+i))))
+	}
+
+	start := time.Now()
+	const surplus = 5
+	var wg sync.WaitGroup
+	for i := range surplus {
+		c := dialRaw(t, bs.addr)
+		wg.Go(func() {
+			if d := closedWithin(t, c, time.Now(), 5*time.Second); d > time.Second {
+				t.Errorf("surplus conn %d closed after %v, want at once", i, d)
+			}
+		})
+	}
+	wg.Wait()
+	if n := obs.maxConns.Load(); n != surplus {
+		t.Errorf("%d connections counted as RejectMaxConns, want %d", n, surplus)
+	}
+	lines := strings.Count(logs.String(), "too many connections")
+	if lines < 1 || (time.Since(start) < time.Second && lines != 1) {
+		t.Errorf("%d log lines for %d surplus connections within %v, want 1:\n%s",
+			lines, surplus, time.Since(start), logs.String())
+	}
+	close(bs.release)
+	for i, done := range calls {
+		if err := waitFor(t, done, "a held call"); err != nil {
+			t.Errorf("held call %d: %v (a connection with a call in flight was cut)", i, err)
+		}
+	}
+}
+
+// setGrace sets the time a new connection has to send a valid frame
+// before it is evicted ahead of idle ones.
+func setGrace(s *Server, d time.Duration) {
+	s.mu.Lock()
+	s.grace = d
+	s.mu.Unlock()
+}
+
+// At MaxConns, a new connection takes the place of, in turn: the oldest
+// one without a valid frame past its grace; the oldest that never made a
+// call; the one longest idle since its last answer; never one with a call
+// in flight.
+func TestMaxConnsEvictionOrder(t *testing.T) {
+	obs := &countingObserver{}
+	bs := startGateServer(t, ServerConfig{MaxConns: 4, Observer: obs})
+	setGrace(bs.srv, time.Hour) // every silent connection is in its grace
+	// A call that is answered at once.
+	ran := func(p *Pool) {
+		t.Helper()
+		resp, err := p.RoundTrip(testCtx(t), bs.addr, newRequest("quick"))
+		if err != nil {
+			t.Fatalf("quick call: %v", err)
+		}
+		p.Release(resp)
+		waitFor(t, bs.entered, "the handler's report of a quick call")
+	}
+	called := newPool(t, Config{ConnsPerAddr: 1})
+	ran(called) // the first connection, idle since its answer
+	idleA, _ := validConn(t, bs.addr)
+	silent := dialRaw(t, bs.addr)
+	if _, err := silent.Write(halfHeader); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the server to hold the silent connection", func() bool { return bs.srv.nconns.Load() == 3 })
+	busy := blockedCall(t, bs, "busy")
+
+	// Full. The silent connection is in its grace. idleA, which never
+	// made a call, goes before the older one that did.
+	idleD, rdD := validConn(t, bs.addr)
+	closedWithin(t, idleA, time.Now(), 5*time.Second)
+
+	// Its grace over, the silent connection goes first.
+	setGrace(bs.srv, 0)
+	idleE, rdE := validConn(t, bs.addr)
+	closedWithin(t, silent, time.Now(), 5*time.Second)
+	heartbeat(t, idleD, rdD, 2)
+
+	// Then idleD, the older of the two that never made a call.
+	validConn(t, bs.addr)
+	closedWithin(t, idleD, time.Now(), 5*time.Second)
+	heartbeat(t, idleE, rdE, 2)
+
+	// The connection that made a call is still there: another call on
+	// it opens none.
+	opened := obs.opened.Load()
+	ran(called)
+	if n := obs.opened.Load() - opened; n != 0 {
+		t.Errorf("a call on the connection that made one opened %d connections: it was closed", n)
+	}
+
+	// With only connections that made calls, the one idle longest goes.
+	// Pools p1 and p2 take the places of idleE and the last one; then p3
+	// takes that of called, idle since before p1 and p2 called.
+	p1, p2, p3 := newPool(t, Config{ConnsPerAddr: 1}), newPool(t, Config{ConnsPerAddr: 1}), newPool(t, Config{ConnsPerAddr: 1})
+	ran(p1)
+	ran(p2)
+	opened = obs.opened.Load()
+	ran(p3)
+	ran(p1)
+	ran(p2)
+	if n := obs.opened.Load() - opened; n != 1 {
+		t.Errorf("p3 and a call each on p1 and p2 opened %d connections, want 1 (p3's)", n)
+	}
+	ran(called)
+	if n := obs.opened.Load() - opened; n != 2 {
+		t.Errorf("the connection idle longest was not the one closed for p3: a call on it opened %d connections in all, want 2", n)
+	}
+
+	close(bs.release)
+	if err := waitFor(t, busy, "the busy call"); err != nil {
+		t.Errorf("the call in flight failed: %v (its connection was cut)", err)
+	}
+	if n := obs.maxConns.Load(); n != 0 {
+		t.Errorf("%d connections refused, want 0: each could make room", n)
+	}
+}
+
+// MaxConns holds over all of a server's listeners: of connections racing
+// in through two of them, each with a call to make, MaxConns are served
+// and the others closed.
+func TestMaxConnsOverListeners(t *testing.T) {
+	const limit, dials = 4, 40
+	release := make(chan struct{})
+	var entered atomic.Int32
+	srv := NewServer(HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		entered.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		resp.Payload = append(resp.Payload[:0], req.Payload...)
+	}), ServerConfig{MaxConns: limit, Logger: quietLogger()})
+	var addrs []string
+	served := make(chan error, 2)
+	for range 2 {
+		l := listen(t)
+		addrs = append(addrs, l.Addr().String())
+		go func() { served <- srv.Serve(l) }()
+	}
+	t.Cleanup(func() {
+		_ = srv.Close()
+		for range 2 {
+			if err := waitFor(t, served, "Serve to return"); !errors.Is(err, ErrServerClosed) {
+				t.Errorf("Serve returned %v, want ErrServerClosed", err)
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	var held, closed atomic.Int32
+	for i := range dials {
+		c := dialRaw(t, addrs[i%2])
+		wg.Go(func() {
+			// A served connection's call blocks until release; a refused
+			// or evicted one is closed before it is answered. A call in
+			// flight keeps its connection, so MaxConns calls block.
+			req := newRequest("call")
+			req.Header.SetID(uint64(i + 1))
+			if _, err := c.Write(protocol.AppendMessage(nil, req)); err != nil {
+				return
+			}
+			_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+			m := new(protocol.Message)
+			err := protocol.NewReader(bufio.NewReader(c), 0).Read(m)
+			switch {
+			case err == nil && m.Header.Status() == protocol.StatusOK:
+				held.Add(1)
+			case err == nil:
+				t.Errorf("connection %d: status %v, want OK", i, m.Header.Status())
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				t.Errorf("connection %d: neither answered nor closed within %v", i, defaultTestTimeout)
+			default:
+				closed.Add(1)
+			}
+		})
+	}
+	eventually(t, "MaxConns calls in their handlers and the other connections closed", func() bool {
+		return entered.Load() == limit && closed.Load() == dials-limit
+	})
+	if n := srv.nconns.Load(); n != limit {
+		t.Errorf("the server counts %d connections, want %d", n, limit)
+	}
+	close(release)
+	wg.Wait()
+	if n := held.Load(); n != limit {
+		t.Errorf("%d connections served, want MaxConns (%d)", n, limit)
+	}
+}
+
+// attack holds connections to a server as an attacker does: each sends
+// pre, then reads until the server closes it, then connects again after
+// pause.
+type attack struct {
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex // guards the fields below
+	ended    bool
+	conns    map[net.Conn]struct{}
+	reopened atomic.Int64 // connections the server closed
+}
+
+// startAttack starts n connections to addr, each sending pre. The test's
+// end stops them.
+func startAttack(t *testing.T, addr string, n int, pre []byte, pause time.Duration) *attack {
+	a := &attack{stop: make(chan struct{}), conns: make(map[net.Conn]struct{})}
+	for range n {
+		a.wg.Go(func() { a.hold(addr, pre, pause) })
+	}
+	t.Cleanup(a.end)
+	return a
+}
+
+func (a *attack) hold(addr string, pre []byte, pause time.Duration) {
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			a.mu.Lock()
+			ended := a.ended
+			if !ended {
+				a.conns[c] = struct{}{}
+			}
+			a.mu.Unlock()
+			if ended {
+				_ = c.Close()
+				return
+			}
+			_, _ = c.Write(pre)
+			_, _ = io.Copy(io.Discard, c) // until the server closes it, or end
+			a.mu.Lock()
+			delete(a.conns, c)
+			a.mu.Unlock()
+			_ = c.Close()
+			a.reopened.Add(1)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-a.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// end closes the attack's connections and waits for its goroutines.
+func (a *attack) end() {
+	a.mu.Lock()
+	if !a.ended {
+		a.ended = true
+		close(a.stop)
+		for c := range a.conns {
+			_ = c.Close()
+		}
+	}
+	a.mu.Unlock()
+	a.wg.Wait()
+}
+
+// While an attacker holds every place with half headers and idle
+// connections, reopening each one the server closes, a new client
+// connects and calls within 1 s, every time, and neither its calls nor
+// those of a client connected before fail.
+//
+// The shape is scaled down to fit the test's descriptors: MaxConns 300
+// against 200 half headers and 150 idle connections. The full shape
+// (MaxConns 10,000 against 1,000 half headers and 10,000 idle ones) is
+// scripts/maxconns.sh; docs/performance.md has its result.
+func TestMaxConnsUnderAttack(t *testing.T) {
+	const maxConns, halves, idles, newcomers = 300, 200, 150, 10
+	const pause = 20 * time.Millisecond
+	obs := &countingObserver{}
+	ts := startServer(t, echo, ServerConfig{MaxConns: maxConns, Observer: obs})
+	running := newPool(t, Config{ConnsPerAddr: 1})
+	call := func(p *Pool, ctx context.Context, payload string) error {
+		resp, err := p.RoundTrip(ctx, ts.addr, newRequest(payload))
+		if err != nil {
+			return err
+		}
+		defer p.Release(resp)
+		if string(resp.Payload) != payload {
+			return errors.New("answered " + string(resp.Payload) + ", want " + payload)
+		}
+		return nil
+	}
+	if err := call(running, testCtx(t), "running"); err != nil {
+		t.Fatalf("the running client's first call: %v", err)
+	}
+	stop := make(chan struct{})
+	runErrs := make(chan error, 1)
+	var runCalls atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			runCalls.Add(1)
+			if err := call(running, testCtx(t), "running"); err != nil {
+				select {
+				case runErrs <- err:
+				default:
+				}
+			}
+		}
+	})
+	defer func() {
+		close(stop)
+		wg.Wait()
+		select {
+		case err := <-runErrs:
+			t.Errorf("a call of the client connected before the attack failed: %v", err)
+		default:
+		}
+		if runCalls.Load() == 0 {
+			t.Errorf("the running client made no call during the attack")
+		}
+	}()
+
+	half := startAttack(t, ts.addr, halves, halfHeader, pause)
+	idle := startAttack(t, ts.addr, idles, protocol.AppendHeartbeat(nil, 1), pause)
+	for i := range newcomers {
+		eventually(t, "the attacker to hold every place", func() bool { return ts.srv.nconns.Load() >= maxConns })
+		p := NewPool(Config{ConnsPerAddr: 1, Logger: quietLogger()})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		start := time.Now()
+		for j := range 3 {
+			if err := call(p, ctx, "newcomer"); err != nil {
+				t.Errorf("newcomer %d, call %d failed after %v: %v (want each call answered within 1s of its connect)",
+					i, j, time.Since(start), err)
+				break
+			}
+		}
+		cancel()
+		_ = p.Close()
+	}
+	if half.reopened.Load()+idle.reopened.Load() == 0 {
+		t.Errorf("the server closed none of the attacker's connections to make room")
+	}
+	if n := obs.maxConns.Load(); n != 0 {
+		t.Errorf("%d connections refused; want 0: there was always one to close", n)
+	}
+}
