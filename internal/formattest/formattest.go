@@ -1,4 +1,4 @@
-// Package formattest is a toy body format for tests: serialization id 30, laid out unlike dabb's bodies.
+// Package formattest is a toy body format and codec for tests: serialization id 30, laid out unlike dabb's bodies.
 //
 // A body is a kind byte, then fields; a string is a 4-byte big-endian
 // length and its bytes, and the attachments a 4-byte count and that many
