@@ -4,10 +4,12 @@
 # staticcheck, and go test -race over every package, against real
 # ZooKeeper and etcd servers that the tests start on loopback ports. The
 # modules are the library (.), the demo (examples/, the one with etcd's
-# server) and the benchmark harness (bench/, so the peers it measures stay
+# server), the benchmark harness (bench/, so the peers it measures stay
 # out of dabb's go.mod; its tests run the harness on short windows, not a
-# measurement) and oteldabb (OpenTelemetry tracing, kept out of dabb's
-# go.mod).
+# measurement), oteldabb (OpenTelemetry tracing, kept out of dabb's
+# go.mod), dubbo (Dubbo interop, kept out for the same reason) and
+# cmd/dabbctl (the operator's command, a module of its own so that it can
+# import dubbo; its tests run the built binary against real servers).
 #
 # It installs what the tests need when it is missing: ZooKeeper, etcd,
 # Caucho Hessian and a JDK (for the dubbo module's Java test) from Debian's
@@ -45,7 +47,7 @@ fi
 # each one is checked in its own directory. A go.mod not listed fails here,
 # except under testdata/: those are peer programs (dubbo-go) that tests
 # build and run as processes, never tested themselves.
-modules=(. dubbo examples oteldabb bench)
+modules=(. cmd/dabbctl dubbo examples oteldabb bench)
 for f in $(git ls-files go.mod '*/go.mod' 2>/dev/null || find . -name go.mod); do
 	m=$(dirname "${f#./}")
 	[[ "$m" == */testdata/* ]] && continue

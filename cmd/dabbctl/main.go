@@ -13,7 +13,11 @@
 //	dabbctl call -addr 127.0.0.1:20880 inventory.Inventory.Stock '{"sku":"sku-42"}'
 //	dabbctl health                                  # every service of every instance
 //
-// Install it with
+// It is a module of its own. Install it at the root of a clone of dabb with
+//
+//	go install ./cmd/dabbctl
+//
+// or, once the module has a release tag, from anywhere with
 //
 //	go install github.com/dabbrpc/dabb/cmd/dabbctl@latest
 //
