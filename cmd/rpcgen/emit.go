@@ -335,9 +335,9 @@ func newImportSet(pkg *pkgInfo, svcs []*service) *importSet {
 	}
 	s.add(dabbPath, "dabb")
 	s.add(proxyPath, "proxy")
-	// Only the codecs the services use: a service of plain Go types
-	// cannot be encoded with protobuf, and a protobuf one has JSON on
-	// request of the client.
+	// Only the codecs the services use: protobuf cannot encode a plain
+	// Go type, and a program that sends protobuf messages as JSON
+	// chooses that codec itself.
 	for _, sv := range svcs {
 		if p := sv.codecPath(); !slices.Contains(s.blank, p) {
 			s.blank = append(s.blank, p)
