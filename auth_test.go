@@ -63,8 +63,11 @@ func TestRequireToken(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := call(ctx, c, "echo", tc.opts...)
 			pe := statusOf(t, err)
-			if pe.Status != protocol.StatusBadRequest || pe.Msg != tc.msg || !errors.Is(err, proxy.ErrBadRequest) {
+			if pe.Status != protocol.StatusBadRequest || pe.Msg != tc.msg {
 				t.Errorf("client got %v, want status 40 saying %q", err, tc.msg)
+			}
+			if !errors.Is(err, proxy.ErrUnauthenticated) || errors.Is(err, proxy.ErrBadRequest) {
+				t.Errorf("client got %v, want it to match ErrUnauthenticated and not ErrBadRequest", err)
 			}
 			var se *protocol.Error
 			if err := <-rejected; !errors.As(err, &se) || se.Code != protocol.CodeUnauthenticated ||

@@ -184,7 +184,8 @@ func TestRequirePeerIdentityOverMTLS(t *testing.T) {
 		c := client(t, obs, addrs, ledger)
 		for i := range 2 {
 			_, err := call(ctx, c, "echo", proxy.Idempotent())
-			if !errors.Is(err, proxy.ErrPermissionDenied) || errors.Is(err, proxy.ErrUnauthenticated) {
+			if !errors.Is(err, proxy.ErrPermissionDenied) || errors.Is(err, proxy.ErrUnauthenticated) ||
+				errors.Is(err, proxy.ErrBadRequest) {
 				t.Fatalf("call %d: %v, want one matching proxy.ErrPermissionDenied alone", i, err)
 			}
 			if pe := statusOf(t, err); !pe.Remote || pe.Status != protocol.StatusBadRequest ||

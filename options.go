@@ -27,6 +27,7 @@ type options struct {
 
 	noReflection      bool // WithoutReflection
 	healthCredentials bool // WithHealthCredentials(true)
+	laxJSON           bool // WithLaxJSON
 
 	interceptors []Interceptor
 }
@@ -145,6 +146,16 @@ func WithDrainDelay(d time.Duration) Option { return func(o *options) { o.drainD
 // and never publishes it to the registry. Without it, a call to
 // dabb.Reflection is answered 60 (service not found).
 func WithoutReflection() Option { return func(o *options) { o.noReflection = true } }
+
+// WithLaxJSON makes the server ignore a JSON request's object members
+// that the request type has no field for, as encoding/json does. By
+// default such a request is refused with status 40 before the handler
+// runs, and the message names the member: json: unknown field "customr".
+// A typo in a field name is thus an error, not a field left empty. Turn
+// it on while clients that send a new field reach servers that do not
+// know it yet. Replies are lax whatever the option. It applies to every
+// codec that implements codec.Strict; of dabb's, the JSON codec alone.
+func WithLaxJSON() Option { return func(o *options) { o.laxJSON = true } }
 
 // WithObserver reports to obs what the server does outside its
 // interceptors: the requests it refuses before them, and the connections

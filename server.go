@@ -41,6 +41,7 @@ type Server struct {
 	mu       sync.Mutex                          // serializes the copies of services
 
 	decoders sync.Pool     // *decoder
+	laxJSON  bool          // WithLaxJSON: requests are decoded with Unmarshal
 	chain    []Interceptor // WithInterceptor's, first outermost; fixed at NewServer
 	calls    sync.Pool     // *chainCall, when chain is not empty
 	// unknownCodec marks the serialization ids already logged as not
@@ -56,7 +57,7 @@ func NewServer(opts ...Option) *Server {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Server{log: o.logger, drainDelay: o.drainDelay}
+	s := &Server{log: o.logger, drainDelay: o.drainDelay, laxJSON: o.laxJSON}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -236,10 +237,11 @@ func (s *Server) Close() error {
 }
 
 // ServeRPC implements transport.Handler. It finds the service and method,
-// decodes the payload with the codec the header names, runs the method
-// through the interceptors and encodes its result. A call to an unknown
-// service or method, or in a serialization not imported, is refused before
-// the interceptors.
+// decodes the payload with the codec the header names (strictly, unless
+// WithLaxJSON: see codec.Strict), runs the method through the
+// interceptors and encodes its result. A call to an unknown service or
+// method, or in a serialization not imported, is refused before the
+// interceptors.
 func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 	id := req.Header.Flags().Serialization()
 	c, err := codec.ByID(id)
@@ -274,8 +276,11 @@ func (s *Server) ServeRPC(ctx context.Context, req, resp *protocol.Message) {
 	}
 	d := s.decoders.Get().(*decoder)
 	d.codec, d.data, d.method = c, req.Payload, m.Name
+	if !s.laxJSON {
+		d.strict, _ = c.(codec.Strict)
+	}
 	out, err := s.handle(ctx, req, svc, m, d.fn)
-	d.codec, d.data = nil, nil
+	d.codec, d.strict, d.data = nil, nil, nil
 	s.decoders.Put(d)
 	if err != nil {
 		setHandlerError(resp, err)
@@ -370,13 +375,20 @@ func setError(resp *protocol.Message, s protocol.Status, msg string) {
 // allocates no closure.
 type decoder struct {
 	codec  codec.Codec
+	strict codec.Strict // codec's, unless the server is lax; nil for none
 	data   []byte
 	method string
 	fn     func(any) error
 }
 
 func (d *decoder) decode(v any) error {
-	if err := d.codec.Unmarshal(d.data, v); err != nil {
+	var err error
+	if d.strict != nil {
+		err = d.strict.UnmarshalStrict(d.data, v)
+	} else {
+		err = d.codec.Unmarshal(d.data, v)
+	}
+	if err != nil {
 		return &protocol.Error{Status: protocol.StatusBadRequest, Msg: "decode " + d.method + " request", Err: err}
 	}
 	return nil

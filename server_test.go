@@ -512,6 +512,129 @@ func TestBadPayload(t *testing.T) {
 	}
 }
 
+// order and its reply are the messages of a JSON service of plain Go
+// types. orderReply is the reply of a newer server: an older client
+// reads it into a type without Eta.
+type (
+	orderItem struct{ Sku string }
+	order     struct {
+		Customer string
+		Items    []orderItem
+	}
+	orderReply struct{ ID, Eta string }
+)
+
+type orderTaker interface {
+	Place(ctx context.Context, req *order) (*orderReply, error)
+}
+
+// orders takes every order and remembers the last.
+type orders struct {
+	mu   sync.Mutex
+	last *order
+}
+
+func (o *orders) Place(_ context.Context, req *order) (*orderReply, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.last = req
+	return &orderReply{ID: "o-1", Eta: "tomorrow"}, nil
+}
+
+var ordersDesc = dabb.ServiceDesc{
+	Name:        "test.Orders",
+	HandlerType: (*orderTaker)(nil),
+	Methods: []dabb.MethodDesc{{
+		Name: "Place",
+		Handler: func(srv any, ctx context.Context, dec func(any) error) (any, error) {
+			req := new(order)
+			if err := dec(req); err != nil {
+				return nil, err
+			}
+			return srv.(orderTaker).Place(ctx, req)
+		},
+	}},
+}
+
+// placeOrder sends req, whatever its type, as the JSON request of
+// test.Orders.Place on a server made with opts, and decodes the reply
+// into resp. It returns the order the handler got, nil if it did not run.
+func placeOrder(t *testing.T, req, resp any, opts ...dabb.Option) (*order, error) {
+	t.Helper()
+	s := dabb.NewServer(append([]dabb.Option{dabb.WithLogger(quiet)}, opts...)...)
+	impl := &orders{}
+	if err := s.RegisterService(&ordersDesc, impl); err != nil {
+		t.Fatal(err)
+	}
+	addr := dabbtest.Serve(t, s)
+	c, err := proxy.NewClient(static.New(registry.Instance{Service: ordersDesc.Name, ID: addr, Addr: addr}),
+		proxy.WithCodec("json"), proxy.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	err = c.Invoke(ctx, ordersDesc.Name, "Place", req, resp)
+	impl.mu.Lock()
+	defer impl.mu.Unlock()
+	return impl.last, err
+}
+
+// TestJSONRequestWithUnknownField: a JSON request with a member its type
+// has no field for is refused with 40 naming the member, before the
+// handler runs; WithLaxJSON ignores the member instead.
+func TestJSONRequestWithUnknownField(t *testing.T) {
+	for _, tc := range []struct {
+		name, field string
+		req         map[string]any
+	}{
+		{"top", `"customr"`, map[string]any{"customr": "x"}},
+		{"nested", `"skux"`, map[string]any{"Customer": "x", "Items": []any{map[string]any{"skux": "a"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := placeOrder(t, tc.req, new(orderReply))
+			pe := statusOf(t, err)
+			if !pe.Remote || pe.Status != protocol.StatusBadRequest || !errors.Is(err, proxy.ErrBadRequest) ||
+				!strings.Contains(pe.Msg, "unknown field "+tc.field) || !strings.Contains(pe.Msg, "decode Place request") {
+				t.Errorf("got %v, want a remote 40 naming the method and the field %s", err, tc.field)
+			}
+			if got != nil {
+				t.Errorf("the handler ran with %+v", *got)
+			}
+		})
+	}
+	t.Run("lax", func(t *testing.T) {
+		got, err := placeOrder(t, map[string]any{"customr": "x", "Items": []any{map[string]any{"Sku": "a"}}},
+			new(orderReply), dabb.WithLaxJSON())
+		if err != nil {
+			t.Fatalf("WithLaxJSON: %v, want the call served", err)
+		}
+		if got == nil || got.Customer != "" || len(got.Items) != 1 || got.Items[0].Sku != "a" {
+			t.Errorf("the handler got %+v, want the known fields and no customer", got)
+		}
+	})
+	t.Run("known fields", func(t *testing.T) {
+		// Names match without case, as encoding/json matches them.
+		got, err := placeOrder(t, map[string]any{"customer": "ann", "Items": []any{}}, new(orderReply))
+		if err != nil || got == nil || got.Customer != "ann" {
+			t.Errorf("got %v and %+v, want the order of ann served", err, got)
+		}
+	})
+}
+
+// TestJSONReplyWithUnknownField: replies stay lax, so a client whose
+// reply type lacks a field the server's has still reads the reply.
+func TestJSONReplyWithUnknownField(t *testing.T) {
+	var old struct{ ID string }
+	if _, err := placeOrder(t, &order{Customer: "ann"}, &old); err != nil {
+		t.Fatalf("an older client's call: %v, want the reply read", err)
+	}
+	if old.ID != "o-1" {
+		t.Errorf("reply ID %q, want o-1", old.ID)
+	}
+}
+
 func TestDeadlineBudget(t *testing.T) {
 	p := newProbe()
 	_, addr := startServer(t, p)

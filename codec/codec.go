@@ -30,6 +30,20 @@ type Codec interface {
 	Unmarshal(data []byte, v any) error
 }
 
+// Strict is a Codec that can also refuse what Unmarshal lets pass in
+// silence. A dabb server decodes requests with UnmarshalStrict when the
+// request's codec has it, unless the server was told to be lax; replies
+// are always decoded with Unmarshal, so an older client still reads a
+// newer server's answer. The JSON codec implements it; the protobuf codec
+// does not, since protobuf keeps unknown fields by design.
+type Strict interface {
+	Codec
+	// UnmarshalStrict decodes data into v as Unmarshal does. It fails
+	// for a part of data that v has no place for (a JSON field v's type
+	// lacks), with an error that names it.
+	UnmarshalStrict(data []byte, v any) error
+}
+
 // ErrUnknown is returned (wrapped, with the id or name) for a codec that is
 // not registered.
 var ErrUnknown = errors.New("codec: unknown serialization")

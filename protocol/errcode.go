@@ -25,8 +25,10 @@ const (
 )
 
 // Sentinels matched by errors.Is against an [*Error] of the code listed
-// with each, whatever its status. dabb's client never retries them, and
-// they never count against a circuit breaker.
+// with each, whatever its status. Such an error matches no sentinel of a
+// status (ErrBadRequest among them): a refusal is a class of its own.
+// dabb's client never retries them, and they never count against a
+// circuit breaker.
 var (
 	// ErrUnauthenticated: the server refused the caller's credentials
 	// (CodeUnauthenticated).

@@ -1,6 +1,7 @@
 package protocol_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -168,10 +169,46 @@ func TestCodeSentinels(t *testing.T) {
 					t.Errorf("errors.Is(code %q, %v) = %v", tt.code, s, got)
 				}
 			}
-			// The status's own sentinel still matches.
-			if tt.status == protocol.StatusBadRequest && !errors.Is(err, protocol.ErrBadRequest) {
+			// Another code leaves the status's own sentinel to match.
+			if tt.want == nil && tt.status == protocol.StatusBadRequest && !errors.Is(err, protocol.ErrBadRequest) {
 				t.Error("a 40 with a code no longer matches ErrBadRequest")
 			}
 		})
+	}
+}
+
+// TestRefusalsAreTheirOwnClass holds a refusal by credentials apart from
+// every sentinel of a status, whatever the status, while it keeps the
+// status a Dubbo peer reads.
+func TestRefusalsAreTheirOwnClass(t *testing.T) {
+	statuses := []error{protocol.ErrTimeout, protocol.ErrUnavailable, protocol.ErrNotFound,
+		protocol.ErrOverloaded, protocol.ErrBadRequest, protocol.ErrServiceError, protocol.ErrCanceled}
+	for _, code := range []string{protocol.CodeUnauthenticated, protocol.CodePermissionDenied} {
+		for _, status := range []protocol.Status{protocol.StatusBadRequest, protocol.StatusServiceError,
+			protocol.StatusServerThreadpoolExhausted, protocol.StatusServerTimeout, protocol.StatusClientError} {
+			for _, remote := range []bool{true, false} {
+				pe := &protocol.Error{Status: status, Code: code, Remote: remote, Err: context.Canceled}
+				err := fmt.Errorf("call: %w", pe)
+				for _, s := range statuses {
+					if errors.Is(err, s) {
+						t.Errorf("code %s, status %d, remote %v: matches %v", code, status, remote, s)
+					}
+				}
+				if protocol.StatusOf(err) != status {
+					t.Errorf("code %s: StatusOf = %d, want %d", code, protocol.StatusOf(err), status)
+				}
+			}
+		}
+	}
+	// What the token check answers: a 40 on the wire, its own class in Go.
+	err := &protocol.Error{Status: protocol.StatusBadRequest, Code: protocol.CodeUnauthenticated, Remote: true}
+	if errors.Is(err, protocol.ErrBadRequest) || !errors.Is(err, protocol.ErrUnauthenticated) {
+		t.Errorf("%v: want ErrUnauthenticated and not ErrBadRequest", err)
+	}
+	// ErrNotSent is no class of a status: it still matches by its field.
+	local := protocol.NotSent(protocol.StatusClientError, "no", nil)
+	local.Code = protocol.CodePermissionDenied
+	if !errors.Is(local, protocol.ErrNotSent) || !errors.Is(local, protocol.ErrPermissionDenied) {
+		t.Errorf("%v: want ErrNotSent and ErrPermissionDenied", local)
 	}
 }

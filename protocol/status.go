@@ -98,7 +98,10 @@ func (s Status) String() string {
 }
 
 // Sentinels matched by errors.Is against any [*Error] of the statuses
-// listed with each. They say what a caller may do next.
+// listed with each. They say what a caller may do next. A refusal by
+// credentials (code CodeUnauthenticated or CodePermissionDenied) matches
+// none of them, whatever its status: it matches ErrUnauthenticated or
+// ErrPermissionDenied instead.
 var (
 	// ErrTimeout: the call's budget ran out (30, 31).
 	ErrTimeout = errors.New("timeout")
@@ -114,7 +117,8 @@ var (
 	ErrOverloaded = errors.New("overloaded")
 	// ErrBadRequest: the request could not be encoded or understood
 	// (25, 40, 50, 90). Retrying will not help. A 90 that says the caller
-	// gave up (ErrCanceled) is not one.
+	// gave up (ErrCanceled) is not one, nor a 40 that refuses the
+	// caller's credentials (ErrUnauthenticated, ErrPermissionDenied).
 	ErrBadRequest = errors.New("bad request")
 	// ErrServiceError: the handler ran and returned an error (70).
 	ErrServiceError = errors.New("service error")
@@ -234,7 +238,8 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Is matches the sentinels by status, so errors.Is(err, ErrTimeout) is true
 // for a status 30 or 31 error. ErrUnauthenticated and ErrPermissionDenied
-// match by Code instead.
+// match by Code instead, and an error of either code matches no sentinel
+// of a status. ErrNotSent matches by the NotSent field.
 func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrUnauthenticated:
@@ -243,6 +248,14 @@ func (e *Error) Is(target error) bool {
 		return e.Code == CodePermissionDenied
 	case ErrNotSent:
 		return e.NotSent
+	}
+	if e.Code == CodeUnauthenticated || e.Code == CodePermissionDenied {
+		// The refusals keep Dubbo's status 40 on the wire, for peers
+		// that read no code; in Go the code is their class, so a
+		// credentials problem is never taken for a malformed request.
+		return false
+	}
+	switch target {
 	case ErrTimeout:
 		return e.Status == StatusClientTimeout || e.Status == StatusServerTimeout
 	case ErrUnavailable:

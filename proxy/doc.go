@@ -31,7 +31,8 @@
 // the cause of a local 90 (31 at a deadline); errors.Is and errors.As
 // still reach it. A server's error may carry a Code and Details too;
 // ErrUnauthenticated and ErrPermissionDenied match the two refusals,
-// which are never retried.
+// which are never retried; no sentinel of a status (ErrBadRequest
+// among them) matches them.
 //
 // Describe and InvokeJSON call a service without its stub, through the
 // reflection service every dabb server runs: a method by name, with a JSON

@@ -27,7 +27,9 @@ var (
 	// ErrOverloaded: the server rejected the call without running it.
 	ErrOverloaded = protocol.ErrOverloaded
 	// ErrBadRequest: the request or reply could not be encoded or
-	// understood.
+	// understood. A refusal by credentials is not one, though its
+	// status is 40: it matches ErrUnauthenticated or
+	// ErrPermissionDenied.
 	ErrBadRequest = protocol.ErrBadRequest
 	// ErrServiceError: the method ran and returned an error.
 	ErrServiceError = protocol.ErrServiceError
@@ -40,12 +42,12 @@ var (
 	// first. It is safe to try again, whatever the method.
 	ErrNotSent = protocol.ErrNotSent
 	// ErrUnauthenticated: the server refused the call's credentials (code
-	// unauthenticated, whatever the status). Never retried; never counted
-	// against a breaker.
+	// unauthenticated, whatever the status). No sentinel of a status
+	// matches it. Never retried; never counted against a breaker.
 	ErrUnauthenticated = protocol.ErrUnauthenticated
 	// ErrPermissionDenied: the server knows the caller and does not allow
-	// the call (code permission_denied). Never retried; never counted
-	// against a breaker.
+	// the call (code permission_denied). No sentinel of a status
+	// matches it. Never retried; never counted against a breaker.
 	ErrPermissionDenied = protocol.ErrPermissionDenied
 )
 

@@ -119,19 +119,42 @@ func messageType(path string, t types.Type) (typeRef, string) {
 		return typeRef{}, want + " declared at package level"
 	}
 	if nameable(path, obj) {
-		return refTo(obj), ""
+		ref := refTo(obj)
+		ref.proto = isProtoMessage(ptr)
+		return ref, ""
 	}
 	// The source may name it through an alias the generated code can use
 	// too: the exported name of a type in an internal package, say.
 	for a, ok := ptr.Elem().(*types.Alias); ok && a.TypeArgs().Len() == 0; a, ok = a.Rhs().(*types.Alias) {
 		if a.Obj().Parent() == a.Obj().Pkg().Scope() && nameable(path, a.Obj()) {
-			return refTo(a.Obj()), ""
+			ref := refTo(a.Obj())
+			ref.proto = isProtoMessage(ptr)
+			return ref, ""
 		}
 	}
 	if !obj.Exported() {
 		return typeRef{}, want + " that is exported"
 	}
 	return typeRef{}, want + " that " + path + " may import (a type of an internal package can be named through an exported alias declared outside it)"
+}
+
+// isProtoMessage reports whether ptr, a *T, is a protobuf message: it has
+// the method ProtoReflect() protoreflect.Message that protoc-gen-go
+// generates and google.golang.org/protobuf/proto.Message requires. The
+// generator imports no protobuf package: it compares the names.
+func isProtoMessage(ptr *types.Pointer) bool {
+	obj, _, _ := types.LookupFieldOrMethod(ptr, true, nil, "ProtoReflect")
+	fn, ok := obj.(*types.Func)
+	if !ok {
+		return false
+	}
+	sig := fn.Signature()
+	if sig.Params().Len() != 0 || sig.Results().Len() != 1 {
+		return false
+	}
+	named, ok := types.Unalias(sig.Results().At(0).Type()).(*types.Named)
+	return ok && named.Obj().Pkg() != nil && named.Obj().Name() == "Message" &&
+		named.Obj().Pkg().Path() == "google.golang.org/protobuf/reflect/protoreflect"
 }
 
 // nameable reports whether the package at path can refer to the

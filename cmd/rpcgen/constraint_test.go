@@ -335,6 +335,7 @@ func shimModule(t *testing.T) (string, []string) {
 	writeFile(t, filepath.Join(root, "dabb.go"), shimDabb)
 	writeFile(t, filepath.Join(root, "proxy", "proxy.go"), shimProxy)
 	writeFile(t, filepath.Join(root, "codec", "proto", "proto.go"), "// Package proto stands in for the protobuf codec.\npackage proto\n")
+	writeFile(t, filepath.Join(root, "codec", "json", "json.go"), "// Package json stands in for the JSON codec.\npackage json\n")
 	return root, append(os.Environ(), "GOWORK=off", "GOPROXY=off", "GOFLAGS=-mod=mod")
 }
 

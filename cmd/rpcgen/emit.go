@@ -20,10 +20,17 @@ import (
 
 // Import paths of the runtime the generated code targets.
 const (
-	dabbPath  = "github.com/dabbrpc/dabb"
-	proxyPath = "github.com/dabbrpc/dabb/proxy"
-	codecPath = "github.com/dabbrpc/dabb/codec/proto" // the default codec
+	dabbPath       = "github.com/dabbrpc/dabb"
+	proxyPath      = "github.com/dabbrpc/dabb/proxy"
+	protoCodecPath = "github.com/dabbrpc/dabb/codec/proto" // the default codec
+	jsonCodecPath  = "github.com/dabbrpc/dabb/codec/json"  // the codec of plain Go types
 )
+
+// codecComments are the comments of the codecs' blank imports.
+var codecComments = map[string]string{
+	protoCodecPath: "the default codec",
+	jsonCodecPath:  "the messages are plain Go types",
+}
 
 // localNames are the identifiers generated functions declare; an import with
 // one of these names would be shadowed.
@@ -186,6 +193,9 @@ func (g *generator) service(s *service) {
 	g.Printf("const %s = %s\n", n.serviceName, strconv.Quote(s.name))
 
 	g.Printf("\n// %s returns an implementation of %s that calls the remote service through c.\n", n.newClient, s.iface)
+	if s.codecPath() == jsonCodecPath {
+		g.Printf("// Its messages are plain Go types: c must use the JSON codec (proxy.WithCodec(\"json\")).\n")
+	}
 	g.Printf("func %s(c %s.Caller) %s { return &%s{c: c} }\n", n.newClient, proxyName, s.iface, n.client)
 	g.Printf("\n// %s implements %s with one call through c per method.\n", n.client, s.iface)
 	g.Printf("type %s struct{ c %s.Caller }\n", n.client, proxyName)
@@ -325,7 +335,15 @@ func newImportSet(pkg *pkgInfo, svcs []*service) *importSet {
 	}
 	s.add(dabbPath, "dabb")
 	s.add(proxyPath, "proxy")
-	s.blank = append(s.blank, codecPath)
+	// Only the codecs the services use: protobuf cannot encode a plain
+	// Go type, and a program that sends protobuf messages as JSON
+	// chooses that codec itself.
+	for _, sv := range svcs {
+		if p := sv.codecPath(); !slices.Contains(s.blank, p) {
+			s.blank = append(s.blank, p)
+		}
+	}
+	slices.Sort(s.blank)
 	type pkgRef struct{ path, name string }
 	var user []pkgRef
 	for _, sv := range svcs {
@@ -407,7 +425,7 @@ func (s *importSet) print(g *generator) {
 		}
 	}
 	for _, p := range s.blank {
-		runtime = append(runtime, "_ "+strconv.Quote(p)+" // the default codec")
+		runtime = append(runtime, "_ "+strconv.Quote(p)+" // "+codecComments[p])
 	}
 	g.Printf("import (\n")
 	sep := ""

@@ -21,6 +21,9 @@ type goldenCase struct {
 	name   string // directory under testdata, and subtest name
 	types  []string
 	output string // -output; "" for the default file names
+	// protobuf: the messages include protobuf messages, which the
+	// stand-in runtime of TestCompileShapes cannot build.
+	protobuf bool
 }
 
 var goldenCases = []goldenCase{
@@ -30,6 +33,7 @@ var goldenCases = []goldenCase{
 	{name: "samepkg", types: []string{"Ledger"}},
 	{name: "embedded", types: []string{"Admin"}},
 	{name: "multi", types: []string{"Cars", "Trucks"}, output: "fleet_dabb.go"},
+	{name: "codecs", types: []string{"Stock", "Ledger"}, output: "codecs_dabb.go", protobuf: true},
 }
 
 // TestGolden compares the generated code with testdata/<case>/<file>.golden.
@@ -59,6 +63,39 @@ func TestGolden(t *testing.T) {
 			}
 			if !bytes.Equal(got, want) {
 				t.Errorf("generated code differs from %s (run go test -update if the change is deliberate)\n%s", golden, lineDiff(string(want), string(got)))
+			}
+		})
+	}
+}
+
+// TestCodecImports: the generated code imports only the codecs its
+// services use: the protobuf codec for a service of protobuf messages, the
+// JSON codec for one with a plain Go type among its messages.
+func TestCodecImports(t *testing.T) {
+	for _, tc := range []struct {
+		dir   string
+		types []string
+		want  []string
+	}{
+		{"basic", []string{"Inventory"}, []string{jsonCodecPath}},
+		{"codecs", []string{"Stock"}, []string{protoCodecPath}},
+		{"codecs", []string{"Ledger"}, []string{jsonCodecPath}},
+		{"codecs", []string{"Stock", "Ledger"}, []string{jsonCodecPath, protoCodecPath}},
+	} {
+		t.Run(strings.Join(tc.types, ","), func(t *testing.T) {
+			files, err := generate(config{dir: filepath.Join("testdata", tc.dir), types: tc.types}, filepath.Join(t.TempDir(), "out_dabb.go"))
+			if err != nil {
+				t.Fatalf("generate: %v", err)
+			}
+			src := string(files[0].src)
+			for _, p := range []string{protoCodecPath, jsonCodecPath} {
+				if got := strings.Contains(src, strconv.Quote(p)); got != slices.Contains(tc.want, p) {
+					t.Errorf("imports %s: %v, want %v", p, got, !got)
+				}
+			}
+			hint := strings.Contains(src, `proxy.WithCodec("json")`)
+			if hint != slices.Contains(tc.types, "Ledger") && tc.dir == "codecs" {
+				t.Errorf("the JSON codec hint on the client constructor: %v, want it on Ledger's only", hint)
 			}
 		})
 	}
@@ -133,7 +170,7 @@ type Svc interface {
 	}
 	want := [][]string{
 		{`"context"`, `"net/url"`},
-		{`"github.com/dabbrpc/dabb"`, `_`, `"github.com/dabbrpc/dabb/codec/proto"`, "//", "the", "default", "codec", `"github.com/dabbrpc/dabb/proxy"`},
+		{`"github.com/dabbrpc/dabb"`, `_`, `"github.com/dabbrpc/dabb/codec/json"`, "//", "the", "messages", "are", "plain", "Go", "types", `"github.com/dabbrpc/dabb/proxy"`},
 		{`"harness/pb"`},
 	}
 	if !slices.EqualFunc(groups, want, slices.Equal) {
@@ -216,10 +253,10 @@ func TestFormatSourceError(t *testing.T) {
 // skipped while the runtime packages do not build.
 func TestCompile(t *testing.T) {
 	goCmd := goTool(t)
-	out, err := exec.Command(goCmd, "build", dabbPath, proxyPath, codecPath).CombinedOutput()
+	out, err := exec.Command(goCmd, "build", dabbPath, proxyPath, protoCodecPath, jsonCodecPath).CombinedOutput()
 	if err != nil {
-		t.Skipf("skipping: the dabb runtime (%s, %s, %s) does not build yet, so generated code cannot be compiled against it; TestCompileShapes still checks it against the documented API:\n%s",
-			dabbPath, proxyPath, codecPath, out)
+		t.Skipf("skipping: the dabb runtime (%s, %s, %s, %s) does not build yet, so generated code cannot be compiled against it; TestCompileShapes still checks it against the documented API:\n%s",
+			dabbPath, proxyPath, protoCodecPath, jsonCodecPath, out)
 	}
 	// Under testdata, so that "go build ./..." ignores it, and inside the
 	// module, so that it can import the runtime.
@@ -228,7 +265,7 @@ func TestCompile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	compileCases(t, goCmd, dir, nil)
+	compileCases(t, goCmd, dir, nil, true)
 }
 
 // TestCompileShapes does what TestCompile does, against a stand-in for the
@@ -241,20 +278,25 @@ func TestCompileShapes(t *testing.T) {
 	writeFile(t, filepath.Join(root, "dabb.go"), shimDabb)
 	writeFile(t, filepath.Join(root, "proxy", "proxy.go"), shimProxy)
 	writeFile(t, filepath.Join(root, "codec", "proto", "proto.go"), "// Package proto stands in for the protobuf codec.\npackage proto\n")
+	writeFile(t, filepath.Join(root, "codec", "json", "json.go"), "// Package json stands in for the JSON codec.\npackage json\n")
 	copyTree(t, filepath.Join("testdata", "types"), filepath.Join(root, "cmd", "rpcgen", "testdata", "types"))
 	env := append(os.Environ(), "GOWORK=off", "GOPROXY=off", "GOFLAGS=-mod=mod")
-	compileCases(t, goCmd, filepath.Join(root, "cmd", "rpcgen", "testdata", "compile"), env)
+	compileCases(t, goCmd, filepath.Join(root, "cmd", "rpcgen", "testdata", "compile"), env, false)
 }
 
 // compileCases copies each golden case into dir, runs rpcgen on it, adds a
 // loopback test to the basic case, and vets and tests the result with env.
-func compileCases(t *testing.T, goCmd, dir string, env []string) {
+// Without protobuf it leaves out the cases whose messages need it.
+func compileCases(t *testing.T, goCmd, dir string, env []string, protobuf bool) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: skipping the compile test, which runs the go command")
 	}
 	var pkgs []string
 	for _, tc := range goldenCases {
+		if tc.protobuf && !protobuf {
+			continue
+		}
 		caseDir := filepath.Join(dir, tc.name)
 		copyTree(t, filepath.Join("testdata", tc.name), caseDir)
 		output := tc.output

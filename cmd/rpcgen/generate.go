@@ -49,9 +49,23 @@ type method struct {
 
 // typeRef names a message type: T in *T.
 type typeRef struct {
-	path string // import path of the declaring package
-	pkg  string // its package name
-	name string
+	path  string // import path of the declaring package
+	pkg   string // its package name
+	name  string
+	proto bool // *T is a protobuf message (it has protoc-gen-go's ProtoReflect)
+}
+
+// codecPath is the package of the codec the messages of s need: the
+// protobuf codec, the client's default, when every message is a protobuf
+// message, and the JSON codec otherwise, the one of dabb's that encodes
+// plain Go types.
+func (s *service) codecPath() string {
+	for _, m := range s.methods {
+		if !m.req.proto || !m.resp.proto {
+			return jsonCodecPath
+		}
+	}
+	return protoCodecPath
 }
 
 // hasOptions reports whether the method needs call options.

@@ -34,8 +34,8 @@
 //
 //	Name(ctx context.Context, req *Request) (*Response, error)
 //
-// Request and Response are named struct types: protobuf messages in
-// practice, since the codec chosen at run time decides what it can encode.
+// Request and Response are named struct types: protobuf messages, or plain
+// Go types for the JSON codec (see the imports below).
 // They may be declared in the same package or imported from others. The
 // methods of embedded interfaces count, flattened in declaration order; an
 // embedded any adds none.
@@ -106,9 +106,15 @@
 // status 2.
 //
 // The generated code imports the dabb runtime packages github.com/dabbrpc/dabb
-// and github.com/dabbrpc/dabb/proxy. It also imports the protobuf codec
-// github.com/dabbrpc/dabb/codec/proto and the packages of the messages. It
-// stops compiling against a runtime too old for it.
+// and github.com/dabbrpc/dabb/proxy, and the packages of the messages. It
+// stops compiling against a runtime too old for it. It imports only the
+// codecs its services use. A service whose messages are all protobuf
+// messages (their pointers have protoc-gen-go's ProtoReflect method) uses
+// the protobuf codec github.com/dabbrpc/dabb/codec/proto, the client's
+// default. A service with a plain Go type among its messages uses the JSON
+// codec github.com/dabbrpc/dabb/codec/json, the one of dabb's that encodes
+// such types; its client constructor says that the client needs
+// proxy.WithCodec("json").
 //
 // # Build constraints
 //

@@ -22,11 +22,23 @@
 // encoding/json writes it, with no library-specific features switched on,
 // so this codec takes 16. A Gson writer ends each value with a newline;
 // Unmarshal accepts such trailing white space.
+//
+// # Unknown fields
+//
+// Unmarshal ignores an object's member that the Go type has no field
+// for, as encoding/json does. UnmarshalStrict refuses it, naming it: a
+// dabb server decodes requests so, and a typo in a request's field name
+// is an error rather than an empty field. Replies are decoded with
+// Unmarshal, so a client still reads the answer of a newer server that
+// added a field. dabb.WithLaxJSON makes a server accept unknown fields.
 package json
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 
 	"github.com/dabbrpc/dabb/codec"
 )
@@ -45,7 +57,7 @@ func init() { codec.Register(Codec{}) }
 // codec.ByName("json").
 type Codec struct{}
 
-var _ codec.Codec = Codec{}
+var _ codec.Strict = Codec{}
 
 // ID returns 16.
 func (Codec) ID() byte { return ID }
@@ -69,6 +81,30 @@ func (Codec) Marshal(dst []byte, v any) ([]byte, error) {
 // byte slices and json.RawMessage), so data may be reused at once.
 func (Codec) Unmarshal(data []byte, v any) error {
 	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("codec/json: unmarshal into %T: %w", v, err)
+	}
+	return nil
+}
+
+// UnmarshalStrict decodes the JSON in data into v as Unmarshal does, and
+// fails for an object member that v's type has no field for. Its error
+// names the member: json: unknown field "customr". Field names match
+// without case, as in Unmarshal. On an error v may be partly filled.
+func (Codec) UnmarshalStrict(data []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	err := d.Decode(v)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		// No value or a cut one: Unmarshal's error says so in its own
+		// words, and it checks the whole input before it fills v.
+		err = json.Unmarshal(data, v)
+	case err == nil && len(bytes.TrimLeft(data[d.InputOffset():], " \t\r\n")) > 0:
+		// The decoder stops after the first value; Unmarshal refuses
+		// anything but white space after it.
+		err = json.Unmarshal(data, v)
+	}
+	if err != nil {
 		return fmt.Errorf("codec/json: unmarshal into %T: %w", v, err)
 	}
 	return nil

@@ -153,6 +153,84 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestUnmarshalStrict: UnmarshalStrict refuses a member the type lacks,
+// at any depth, naming it, and otherwise decodes and fails as Unmarshal.
+func TestUnmarshalStrict(t *testing.T) {
+	var c dabbjson.Codec
+	type line struct {
+		Item deduct `json:"item"`
+	}
+	for _, tt := range []struct {
+		name, data, field string
+		into              any
+	}{
+		{"top", `{"sku":"a","skux":"b"}`, `"skux"`, &deduct{}},
+		{"nested", `{"item":{"sku":"a","cnt":1}}`, `"cnt"`, &line{}},
+		{"in a list", `[{"sku":"a"},{"sku":"b","x":null}]`, `"x"`, &[]deduct{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := c.Unmarshal([]byte(tt.data), tt.into); err != nil {
+				t.Fatalf("Unmarshal: %v, want the member ignored", err)
+			}
+			err := c.UnmarshalStrict([]byte(tt.data), tt.into)
+			if err == nil || !strings.Contains(err.Error(), "unknown field "+tt.field) ||
+				!strings.HasPrefix(err.Error(), "codec/json: unmarshal into ") {
+				t.Errorf("UnmarshalStrict: %v, want an error naming %s", err, tt.field)
+			}
+		})
+	}
+	t.Run("as Unmarshal", func(t *testing.T) {
+		for _, data := range []string{
+			`{"sku":"a","count":3}`, "{\"SKU\":\"a\",\"count\":3}\n", `{"sku":"a","raw":{"any":"thing"}}`, `null`,
+		} {
+			var strict, lax deduct
+			if err := c.UnmarshalStrict([]byte(data), &strict); err != nil {
+				t.Errorf("%q: %v", data, err)
+			}
+			if err := c.Unmarshal([]byte(data), &lax); err != nil || !reflect.DeepEqual(strict, lax) {
+				t.Errorf("%q: strict %+v, lax %+v (%v)", data, strict, lax, err)
+			}
+		}
+		var m map[string]any
+		if err := c.UnmarshalStrict([]byte(`{"any":1}`), &m); err != nil || m["any"] != 1.0 {
+			t.Errorf("into a map: %v %v, want every member kept", m, err)
+		}
+	})
+	for _, tt := range []struct {
+		name, data string
+		into       any
+	}{
+		{"syntax", `{"sku":`, &deduct{}},
+		{"empty", ``, &deduct{}},
+		{"blank", " \n", &deduct{}},
+		{"trailing", `{"sku":"a"} {}`, &deduct{}},
+		{"trailing text", `{"sku":"a"}x`, &deduct{}},
+		{"type mismatch", `{"count":"two"}`, &deduct{}},
+		{"non-pointer", `{}`, deduct{}},
+		{"nil", `{}`, nil},
+	} {
+		t.Run("error "+tt.name, func(t *testing.T) {
+			lax := c.Unmarshal([]byte(tt.data), tt.into)
+			err := c.UnmarshalStrict([]byte(tt.data), tt.into)
+			if err == nil || lax == nil || err.Error() != lax.Error() {
+				t.Errorf("UnmarshalStrict: %v; want Unmarshal's error, %v", err, lax)
+			}
+		})
+	}
+}
+
+// TestStrict: the registered JSON codec is a codec.Strict, the server's
+// cue to decode requests with UnmarshalStrict.
+func TestStrict(t *testing.T) {
+	c, err := codec.ByID(dabbjson.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.(codec.Strict); !ok {
+		t.Errorf("%T is not a codec.Strict", c)
+	}
+}
+
 func BenchmarkMarshal(b *testing.B) {
 	var c dabbjson.Codec
 	v := deduct{SKU: "sku-42", Count: 2, RequestID: "r-1"}
