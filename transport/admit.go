@@ -45,8 +45,9 @@ func (s *Server) unplace() { s.nconns.Add(-1) }
 // whether it did. It closes, first, the oldest connection that has not
 // completed a valid frame in its first s.grace. Then, of those with no
 // call in flight, the oldest that never made a call, and then the one
-// that has waited longest since its last answer. Last, the oldest of
-// those still in their first s.grace. It never closes a connection with
+// that has waited longest since its last answer, if that was more than
+// s.grace ago. Then the oldest of those still in their first s.grace,
+// and last those whose last answer left within s.grace. It never closes a connection with
 // a call in flight. It evicts nothing once the server stops serving.
 func (s *Server) evict() bool {
 	// A few tries: the connection chosen may dispatch a call between the
@@ -102,8 +103,9 @@ type evictRank uint8
 const (
 	rankSilent   evictRank = iota // no valid frame, grace over
 	rankUncalled                  // valid frames, never a call
-	rankIdle                      // no call in flight since idleSince
+	rankIdle                      // no call in flight since idleSince, grace over
 	rankFresh                     // no valid frame yet, in its grace
+	rankRecent                    // no call in flight, its last answered in the grace
 )
 
 // rankOf returns where sc stands for evict, or ok false when it has a
@@ -121,7 +123,12 @@ func rankOf(sc *serverConn, born int64) (rank evictRank, key int64, ok bool) {
 	case sc.inflight.Load() != 0:
 		return 0, 0, false
 	}
-	if t := sc.idleSince.Load(); t != 0 {
+	if t := sc.idleSince.Load(); t > born {
+		// A client between two calls: its next request may be on the
+		// wire now, and a close would cut it unanswered. So it goes
+		// last, after the connections still in their grace.
+		return rankRecent, t, true
+	} else if t != 0 {
 		return rankIdle, t, true
 	}
 	// Valid frames and no call: heartbeats at most. A client that calls

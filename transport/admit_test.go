@@ -426,3 +426,40 @@ func TestMaxConnsUnderAttack(t *testing.T) {
 		t.Errorf("%d connections refused; want 0: there was always one to close", n)
 	}
 }
+
+// rankOf puts a client between two calls, answered within the grace,
+// after every other connection, so that the race of its next request
+// with the close is the last risked; answered before the grace, it is
+// an idle connection like any other.
+func TestRankOfRecentAnswerLast(t *testing.T) {
+	now := time.Now().UnixNano()
+	born := now - int64(time.Second)
+	conn := func(valid bool, accepted, idleSince, inflight int64) *serverConn {
+		sc := &serverConn{accepted: accepted}
+		sc.watch.valid.Store(valid)
+		sc.idleSince.Store(idleSince)
+		sc.inflight.Store(inflight)
+		return sc
+	}
+	for _, tc := range []struct {
+		name string
+		sc   *serverConn
+		want evictRank
+		ok   bool
+	}{
+		{"silent", conn(false, born-1, 0, 0), rankSilent, true},
+		{"uncalled", conn(true, born-1, 0, 0), rankUncalled, true},
+		{"idle past the grace", conn(true, born-5, born-1, 0), rankIdle, true},
+		{"fresh", conn(false, now, 0, 0), rankFresh, true},
+		{"answered within the grace", conn(true, born-5, now, 0), rankRecent, true},
+		{"call in flight", conn(true, born-5, born-1, 1), 0, false},
+	} {
+		rank, _, ok := rankOf(tc.sc, born)
+		if ok != tc.ok || (ok && rank != tc.want) {
+			t.Errorf("%s: rank %d ok %v, want %d ok %v", tc.name, rank, ok, tc.want, tc.ok)
+		}
+	}
+	if !(rankSilent < rankUncalled && rankUncalled < rankIdle && rankIdle < rankFresh && rankFresh < rankRecent) {
+		t.Error("the ranks are out of order")
+	}
+}

@@ -68,8 +68,9 @@ type ServerConfig struct {
 	// completed a valid frame within 1s of its accept (or half of
 	// FirstFrameTimeout, if less). Then, of those with no call in flight,
 	// the oldest that never made a call. Then the one that has waited
-	// longest since its last answer. Last, the oldest of those just
-	// accepted and still without a valid frame. A call is in flight from
+	// longest since its last answer, if more than that 1s. Then the
+	// oldest of those just accepted and still without a valid frame.
+	// Last, one whose last answer left within that 1s. A call is in flight from
 	// its request, read whole, until its answer. A connection with a call
 	// in flight is never closed to make room. When every connection has
 	// one, the new connection is closed as soon as it is accepted, the
