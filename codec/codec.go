@@ -94,6 +94,9 @@ func ByID(id byte) (Codec, error) {
 // Known reports whether id is a codec that is registered, or one of dabb's
 // own that the program did not import. Any other id is no codec of dabb's:
 // a peer that sends it speaks another protocol (a Dubbo peer's hessian2).
+// A frame of a known id is read in the body format registered for the id
+// (protocol.RegisterBodyFormat), or in dabb's layout when it has none; an
+// id with a format and no codec is not known.
 func Known(id byte) bool {
 	if id < 32 && current.Load().byID[id] != nil {
 		return true

@@ -12,7 +12,9 @@
 // serialization id of the payload. The status byte is set on responses only.
 //
 // A request or response body is: service, method, attachments, payload (see
-// [AppendMessage]); an event body is Dubbo's own (see [AppendHeartbeat] and
+// [AppendMessage]), unless a [BodyFormat] registered for the frame's
+// serialization id lays it out (another protocol's bodies, such as Dubbo's
+// hessian2); an event body is Dubbo's own (see [AppendHeartbeat] and
 // [AppendReadOnly]). docs/protocol.md documents every byte.
 //
 // Every layer reports failures as an [*Error] carrying a [Status]; match them

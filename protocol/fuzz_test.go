@@ -21,6 +21,11 @@ const fuzzLimit = 4 << 10
 func FuzzReadMessage(f *testing.F) {
 	f.Add(encode(typical()))
 	f.Add(protocol.AppendHeartbeat(nil, 1))
+	toy := typical()
+	toy.Header = toyHeader(protocol.FlagRequest|protocol.FlagTwoWay, 0, 1)
+	toy.Attachments = map[string]string{"k": "v"}
+	f.Add(encode(toy))
+	f.Add(encode(&protocol.Message{Header: toyHeader(0, protocol.StatusServiceError, 1), Payload: []byte("no")}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var m protocol.Message
 		err := protocol.ReadMessage(reader(data), &m, fuzzLimit)
@@ -88,7 +93,11 @@ func FuzzBody(f *testing.F) {
 
 		want := protocol.Message{Header: in.Header, Payload: payload}
 		if !in.Header.Flags().IsEvent() {
-			want.Service, want.Method = service, method
+			if in.Header.Flags().IsRequest() || protocol.PayloadAtEnd(&in) {
+				// A body format need not carry a response's names: the
+				// toy's does not, nor does Dubbo's.
+				want.Service, want.Method = service, method
+			}
 			want.Attachments = map[string]string{}
 			for k, v := range in.Attachments {
 				if k != protocol.AttachTimeout {

@@ -145,9 +145,15 @@ func wireAttachments(m *Message) int {
 
 // AppendMessage appends m encoded as a frame to dst and returns the result.
 // The magic and body length are filled in; the rest of m.Header is used as
-// set. Event frames are written with m.Payload as their whole body. It does
-// not check [MaxAttachments]: see [CheckAttachments].
+// set. Event frames are written with m.Payload as their whole body. A
+// request or response is laid out by the body format of its serialization
+// id ([RegisterBodyFormat]), which may set the status byte, or in dabb's
+// layout when the id has none. It does not check [MaxAttachments]: see
+// [CheckAttachments].
 func AppendMessage(dst []byte, m *Message) []byte {
+	if f := formatOf(&m.Header); f != nil {
+		return appendFormatted(dst, m, f)
+	}
 	start := len(dst)
 	dst = appendHead(dst, m)
 	dst = append(dst, m.Payload...)
@@ -159,8 +165,12 @@ func AppendMessage(dst []byte, m *Message) []byte {
 // whose body length counts the payload, and for a request or response the
 // fields that precede the payload. The result followed by m.Payload is
 // exactly what AppendMessage writes, so a large payload can be sent from
-// its own buffer (writev) instead of being copied.
+// its own buffer (writev) instead of being copied. It panics unless
+// [PayloadAtEnd] reports true for m.
 func AppendFrameHead(dst []byte, m *Message) []byte {
+	if f := formatOf(&m.Header); f != nil {
+		panic("protocol: AppendFrameHead of a frame in body format " + f.Name())
+	}
 	start := len(dst)
 	dst = appendHead(dst, m)
 	binary.BigEndian.PutUint32(dst[start+12:start+16], uint32(len(dst)-start-HeaderLen+len(m.Payload)))
@@ -168,8 +178,12 @@ func AppendFrameHead(dst []byte, m *Message) []byte {
 }
 
 // BodyLen returns the length of the body AppendMessage writes for m (what
-// its header's bytes 12-15 will say), without encoding it.
+// its header's bytes 12-15 will say). It encodes nothing for dabb's layout
+// and events; a body format's body is encoded into a scratch buffer.
 func BodyLen(m *Message) int {
+	if f := formatOf(&m.Header); f != nil {
+		return formattedLen(m, f)
+	}
 	n := len(m.Payload)
 	if m.Header.Flags().IsEvent() {
 		return n
@@ -200,19 +214,6 @@ func uvarintLen(x uint64) int {
 		n++
 	}
 	return n
-}
-
-// timeoutMillis is the timeout attachment's value for d: milliseconds,
-// rounded up, so the server's deadline is never earlier than the caller's
-// (the caller gives up first).
-func timeoutMillis(d time.Duration) int64 {
-	switch {
-	case d > maxTimeout:
-		return maxTimeoutMillis
-	case d > 0:
-		return int64((d + time.Millisecond - 1) / time.Millisecond)
-	}
-	return 0
 }
 
 // appendHead appends the header (body length not yet set) and the fields
@@ -396,7 +397,12 @@ func readMessage(r *bufio.Reader, m *Message, maxBody uint32, intern func([]byte
 		m.Payload = buf
 		return nil
 	}
-	if err := m.decodeBody(buf, intern); err != nil {
+	if f := formatOf(&m.Header); f != nil {
+		err = decodeFormatted(m, buf, f)
+	} else {
+		err = m.decodeBody(buf, intern)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: request id %d: %w", ErrMalformed, m.Header.ID(), err)
 	}
 	return nil
@@ -553,30 +559,4 @@ func readField(b []byte) (field, rest []byte, err error) {
 		return nil, nil, errShort
 	}
 	return b[:n], b[n:], nil
-}
-
-// maxTimeoutMillis is the largest budget the wire carries (twelve digits,
-// about 31 years); a longer timeout is sent as this.
-const (
-	maxTimeoutMillis = 999_999_999_999
-	maxTimeout       = maxTimeoutMillis * time.Millisecond
-)
-
-// parseMillis reads a non-negative decimal count of milliseconds; 0 means
-// the budget is spent and comes back as -1ns.
-func parseMillis(b []byte) (time.Duration, error) {
-	if len(b) == 0 || len(b) > len("999999999999") {
-		return 0, fmt.Errorf("timeout %q is not a millisecond count", b)
-	}
-	var ms int64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("timeout %q is not a millisecond count", b)
-		}
-		ms = ms*10 + int64(c-'0')
-	}
-	if ms == 0 {
-		return -1, nil
-	}
-	return time.Duration(ms) * time.Millisecond, nil
 }

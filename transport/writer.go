@@ -121,7 +121,9 @@ func (w *frameWriter) writeMessage(m *protocol.Message, lim limit) (queued bool,
 		w.mu.Unlock()
 		return false, err
 	}
-	if len(m.Payload) >= largePayload {
+	if len(m.Payload) >= largePayload && protocol.PayloadAtEnd(m) {
+		// A body format's payload is not the frame's tail: such a frame
+		// is copied whole, as a small one is.
 		return w.writeLarge(m, lim)
 	}
 	if w.flushing && len(w.buf) > maxQueued {
