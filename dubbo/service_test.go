@@ -14,6 +14,7 @@ import (
 
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/protocol"
+	"github.com/dabbrpc/dabb/internal/zktest"
 	"github.com/dabbrpc/dabb/transport"
 )
 
@@ -133,7 +134,9 @@ func (s *store) Block(ctx context.Context) error {
 }
 
 // StockInt is stock(int), an overload of stock(long).
-func (s *store) StockInt(ctx context.Context, sku int32) (int64, error) { return s.Stock(ctx, int64(sku)) }
+func (s *store) StockInt(ctx context.Context, sku int32) (int64, error) {
+	return s.Stock(ctx, int64(sku))
+}
 
 // notServed has no context: Service leaves it out.
 func (s *store) NotServed(x int) int { return x }
@@ -543,4 +546,67 @@ func TestServiceDesc(t *testing.T) {
 	if fmt.Sprint(desc.Metadata) != fmt.Sprint(wantMeta) {
 		t.Errorf("metadata %v, want %v", desc.Metadata, wantMeta)
 	}
+}
+
+// TestServicePublishedInDubboLayout: a Server with a zookeeper://
+// registry publishes a Service's export as Java's provider node, with the
+// methods, version and application the ServiceDesc's Metadata gives, and
+// removes it when it closes.
+func TestServicePublishedInDubboLayout(t *testing.T) {
+	zs := zktest.Shared(t)
+	reg := newTestRegistry(t, "zookeeper://"+zs.Addr())
+	conn := rawConn(t, zs.Addr())
+	iface := ifaceFor(t)
+	st := newStore()
+	desc, err := Service(iface, st, WithMethod("StockInt", "stock"), WithVersion("1.0"), WithApplication("shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := dabb.NewServer(dabb.WithLogger(testLogger(t)), dabb.WithRegistry(reg))
+	if err := s.RegisterService(desc, st); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	defer func() {
+		close(st.release)
+		s.Close()
+		<-done
+	}()
+	// Serve answers calls once it has published.
+	fc := dialFrames(t, l.Addr().String())
+	if o := fc.call(requestWith(t, &Request{Path: iface, Version: "1.0", Method: "stock", Args: []any{int64(10086)}})); o.status != protocol.StatusOK {
+		t.Fatalf("stock: %v", o)
+	}
+	providers := "/dubbo/" + iface + "/providers"
+	nodes := children(t, conn, providers)
+	if len(nodes) != 1 {
+		t.Fatalf("%s holds %v, want one node", providers, nodes)
+	}
+	raw, err := zkDecode(nodes[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := parseProviderURL(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"interface": iface, "methods": "block,budget,deduct,deductOnce,echo,find,meta,refuse,reset,stock",
+		"version": "1.0", "application": "shop", "serialization": "hessian2", "side": "provider",
+	}
+	for k, v := range want {
+		if u.params[k] != v {
+			t.Errorf("parameter %s=%q, want %q", k, u.params[k], v)
+		}
+	}
+	if u.addr != l.Addr().String() {
+		t.Errorf("provider at %s, want %s", u.addr, l.Addr())
+	}
+	s.Close()
+	waitChildren(t, conn, providers, 0, 10*time.Second, "after Close")
 }
