@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/dabbrpc/dabb"
-	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/internal/zktest"
+	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/transport"
 )
 
