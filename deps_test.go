@@ -47,8 +47,11 @@ var unlinked = map[string][]string{
 // module of its own, outside ./... here.
 var integrations = []string{"prometheus", "proxy/prometheus"}
 
-// foreign are the path prefixes of the optional integrations' modules.
-var foreign = []string{"github.com/prometheus/", "go.opentelemetry.io/"}
+// foreign are the path prefixes of the optional integrations' modules:
+// Prometheus, OpenTelemetry, and Dubbo's (hessian2 and dubbo-go, linked
+// only by the dubbo module, outside ./... here).
+var foreign = []string{"github.com/prometheus/", "go.opentelemetry.io/",
+	"github.com/apache/dubbo-go-hessian2", "github.com/dubbogo/", "dubbo.apache.org/"}
 
 const module = "github.com/dabbrpc/dabb"
 
