@@ -8,16 +8,11 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"go.uber.org/goleak"
 
 	"github.com/dabbrpc/dabb/dubbo/internal/dubbogotest"
 	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/internal/zktest"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(dubbogotest.WithPeer(zktest.WithShared(m)))
-}
 
 const inventoryInterface = "com.example.inventory.InventoryService"
 
