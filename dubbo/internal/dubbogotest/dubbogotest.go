@@ -7,7 +7,10 @@
 //	p := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: zk.Addr()})
 //	calls := dubbogotest.RunScript(t, dubbogotest.ConsumerConfig{ZooKeeper: zk.Addr(), Script: "inventory"})
 //	sum := dubbogotest.RunLoad(t, dubbogotest.ConsumerConfig{ZooKeeper: zk.Addr(), Load: "deduct", N: 1000, K: 8})
+//	load := dubbogotest.StartLoad(t, dubbogotest.ConsumerConfig{ZooKeeper: zk.Addr(), Load: "stock"})
+//	load.WaitProgress(t, "100 calls answered", func(p dubbogotest.LoadProgress) bool { return p.OK >= 100 })
 //	p.Kill() // kill -9; processes still running are killed when the test ends
+//	sum = load.Stop(t)
 //
 // Both sides speak the dubbo protocol with hessian2 bodies and use
 // ZooKeeper's interface-level layout under /dubbo. The provider serves
