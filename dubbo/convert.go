@@ -12,12 +12,23 @@ import (
 	"unicode/utf8"
 )
 
+// maxConvertDepth bounds how deeply convert descends, as Limits.MaxDepth
+// bounds decoding: hessian2's references can make a list hold itself, and
+// a recursive Go type would follow it for ever.
+const maxConvertDepth = 128
+
 // convert returns v, a decoded hessian2 value, as a value of the Go type t.
 // Integers widen, and narrow when the value fits; a map becomes a
 // registered struct by its field names (the generic call's form of a
 // POJO); a list becomes a slice element by element. Any other mismatch is
 // an error.
-func convert(v any, t reflect.Type) (reflect.Value, error) {
+func convert(v any, t reflect.Type) (reflect.Value, error) { return convertAt(v, t, 0) }
+
+// convertAt is convert at the given depth of nesting.
+func convertAt(v any, t reflect.Type, depth int) (reflect.Value, error) {
+	if depth > maxConvertDepth {
+		return reflect.Value{}, fmt.Errorf("values nested deeper than %d", maxConvertDepth)
+	}
 	if v == nil {
 		switch t.Kind() {
 		case reflect.Pointer, reflect.Interface, reflect.Slice, reflect.Map:
@@ -68,11 +79,11 @@ func convert(v any, t reflect.Type) (reflect.Value, error) {
 	case reflect.Pointer:
 		if t.Elem().Kind() == reflect.Struct {
 			if m, ok := stringKeyed(v); ok {
-				return structFromMap(m, t.Elem())
+				return structFromMap(m, t.Elem(), depth)
 			}
 			break
 		}
-		inner, err := convert(v, t.Elem())
+		inner, err := convertAt(v, t.Elem(), depth+1)
 		if err != nil {
 			return reflect.Value{}, err
 		}
@@ -84,7 +95,7 @@ func convert(v any, t reflect.Type) (reflect.Value, error) {
 			return p.Elem(), nil
 		}
 		if m, ok := stringKeyed(v); ok {
-			p, err := structFromMap(m, t)
+			p, err := structFromMap(m, t, depth)
 			if err != nil {
 				return reflect.Value{}, err
 			}
@@ -96,7 +107,7 @@ func convert(v any, t reflect.Type) (reflect.Value, error) {
 		}
 		out := reflect.MakeSlice(t, rv.Len(), rv.Len())
 		for i := range rv.Len() {
-			e, err := convert(rv.Index(i).Interface(), t.Elem())
+			e, err := convertAt(rv.Index(i).Interface(), t.Elem(), depth+1)
 			if err != nil {
 				return reflect.Value{}, fmt.Errorf("element %d: %w", i, err)
 			}
@@ -109,11 +120,11 @@ func convert(v any, t reflect.Type) (reflect.Value, error) {
 		}
 		out := reflect.MakeMapWithSize(t, rv.Len())
 		for it := rv.MapRange(); it.Next(); {
-			k, err := convert(it.Key().Interface(), t.Key())
+			k, err := convertAt(it.Key().Interface(), t.Key(), depth+1)
 			if err != nil {
 				return reflect.Value{}, fmt.Errorf("map key: %w", err)
 			}
-			e, err := convert(it.Value().Interface(), t.Elem())
+			e, err := convertAt(it.Value().Interface(), t.Elem(), depth+1)
 			if err != nil {
 				return reflect.Value{}, fmt.Errorf("map value %v: %w", it.Key().Interface(), err)
 			}
@@ -158,7 +169,7 @@ func stringKeyed(v any) (map[string]any, bool) {
 // exported field from the entry of its Java name. A "class" entry, when
 // present, must name t's registered class; other entries are ignored, as
 // Java's PojoUtils ignores them.
-func structFromMap(m map[string]any, t reflect.Type) (reflect.Value, error) {
+func structFromMap(m map[string]any, t reflect.Type, depth int) (reflect.Value, error) {
 	if c, ok := m["class"]; ok {
 		want, _ := pojos.Load(t)
 		if name, _ := c.(string); want == nil || name != want {
@@ -175,7 +186,7 @@ func structFromMap(m map[string]any, t reflect.Type) (reflect.Value, error) {
 		if !ok {
 			continue
 		}
-		fv, err := convert(v, f.Type)
+		fv, err := convertAt(v, f.Type, depth+1)
 		if err != nil {
 			return reflect.Value{}, fmt.Errorf("field %s: %w", javaField(f), err)
 		}

@@ -70,7 +70,8 @@ func WithApplication(name string) ServiceOption {
 // letter, its parameter and result types those JavaType gives (int64
 // long, int32 int, string java.lang.String, a pointer to a struct
 // registered with RegisterPOJO its class), unless WithMethod says
-// otherwise. Other methods are left out.
+// otherwise. Other methods are left out. The handlers call impl itself:
+// register the description with the same impl.
 //
 // The description's Metadata makes the zookeeper:// registry publish the
 // export in Dubbo's layout: MetaMethods, and MetaVersion, MetaGroup and

@@ -614,3 +614,26 @@ func TestServicePublishedInDubboLayout(t *testing.T) {
 	s.Close()
 	waitChildren(t, conn, providers, 0, 10*time.Second, "after Close")
 }
+
+// TestServeJavaHeartbeat: Java's heartbeat, an event of serialization
+// hessian2 whose body is null, is answered with the heartbeat response on
+// the same id, and calls go on after it.
+func TestServeJavaHeartbeat(t *testing.T) {
+	_, addr := serveStore(t, transport.ServerConfig{})
+	fc := dialFrames(t, addr)
+	var h protocol.Header
+	h.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay|protocol.FlagEvent, Hessian2ID), 0, 77)
+	h.SetMagic()
+	h.SetBodyLen(1)
+	_ = fc.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fc.c.Write(append(h[:], 'N')); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := fc.answer()
+	if got.ID() != 77 || !got.Flags().IsEvent() || got.Flags().IsRequest() || got.Status() != protocol.StatusOK {
+		t.Errorf("heartbeat answer id %d flags %#02x status %d; want the event response to 77", got.ID(), got.Flags(), got.Status())
+	}
+	if o := fc.call(request(t, "stock", "J", int64(10086))); o.status != protocol.StatusOK {
+		t.Errorf("a call after the heartbeat: %v", o)
+	}
+}
