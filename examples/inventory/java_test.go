@@ -55,3 +55,13 @@ func TestJavaInventory(t *testing.T) {
 	_, err = j.DeductOnce(ctx, nil)
 	badRequest("deductOnce(null)", err, "count")
 }
+
+// TestDemoModeRefusesDubboRegistry: the in-process demo's client cannot
+// find dabb's instances in Dubbo's layout, so demo mode says so at once.
+func TestDemoModeRefusesDubboRegistry(t *testing.T) {
+	var out strings.Builder
+	err := runDemo(context.Background(), &out, config{mode: "demo", registry: "zookeeper://127.0.0.1:1", instances: 1})
+	if err == nil || !strings.Contains(err.Error(), "-mode server") {
+		t.Fatalf("runDemo with zookeeper:// = %v, want an error pointing to -mode server", err)
+	}
+}

@@ -196,6 +196,9 @@ func (in *instance) shutdown(ctx context.Context) error {
 // through the workload one instance shuts down gracefully, and the summary
 // shows the client followed.
 func runDemo(ctx context.Context, w io.Writer, cfg config) error {
+	if isDubboRegistry(cfg.registry) {
+		return errors.New("demo mode needs a registry dabb's client reads (zk://, etcd://); zookeeper:// lists Java interfaces for Dubbo consumers: use it with -mode server")
+	}
 	reg, closeReg, err := openRegistry(ctx, w, cfg.registry)
 	if err != nil {
 		return err
