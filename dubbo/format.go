@@ -70,6 +70,13 @@ func (Codec) Marshal(dst []byte, v any) ([]byte, error) {
 				return dst, err
 			}
 		}
+		types, err := ParseDesc(desc)
+		if err != nil {
+			return dst, err
+		}
+		if len(types) != len(v.Values) {
+			return dst, fmt.Errorf("%w: descriptor %q names %d parameters for %d arguments", ErrDescriptor, desc, len(types), len(v.Values))
+		}
 		vals := append([]any{desc}, v.Values...)
 		return appendValues(dst, vals, nil)
 	case *Response:

@@ -3,6 +3,7 @@ package dubbo
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"testing"
@@ -153,6 +154,9 @@ func TestCodecRefuses(t *testing.T) {
 	var n int64
 	if err := (Codec{}).Unmarshal(nil, &n); err == nil {
 		t.Error("Unmarshal into *int64 succeeded")
+	}
+	if _, err := (Codec{}).Marshal(nil, &Args{Types: "JI", Values: []any{int64(1)}}); !errors.Is(err, ErrDescriptor) {
+		t.Errorf("Marshal of 1 argument for JI = %v, want ErrDescriptor", err)
 	}
 	two, err := Codec{}.Marshal(nil, &Args{Types: "J", Values: []any{int64(1)}})
 	if err != nil {
