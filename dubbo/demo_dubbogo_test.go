@@ -231,6 +231,11 @@ func TestDemoDubbogoConsumer(t *testing.T) {
 		t.Run("generic="+strconv.FormatBool(generic), func(t *testing.T) {
 			calls := dubbogotest.RunScript(t, dubbogotest.ConsumerConfig{ZooKeeper: srv.Addr(), Script: "inventory", Generic: generic})
 			checkInventory(t, calls, generic, true)
+			if !generic { // the first calls: the catalogue's stock of 10086
+				if got := decode[int64](t, byStep(t, calls, "stock")["stock"]); got != 1_000_000 {
+					t.Errorf("stock(10086) of a new demo = %d, want 1000000", got)
+				}
+			}
 		})
 	}
 
