@@ -138,6 +138,8 @@ func awaitProvider(t *testing.T, conn *zk.Conn, addr string, present bool) strin
 	for {
 		children, _, ch, err := conn.ChildrenW(providersPath)
 		switch {
+		case errors.Is(err, zk.ErrNoNode) && !present:
+			return ""
 		case errors.Is(err, zk.ErrNoNode):
 			var ok bool
 			ok, _, ch, err = conn.ExistsW(providersPath)
