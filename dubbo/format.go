@@ -150,7 +150,8 @@ func decodeArgs(data []byte, a *Args) error {
 // Its attachments are the body's map, with string values (integers and
 // booleans in decimal and "true"/"false"; other values are left out),
 // beside AttachDubboVersion, AttachPath and AttachVersion from the body's
-// fields. A "timeout" attachment becomes the call's budget.
+// fields. A "timeout" attachment becomes the call's budget; "0" and ""
+// are no budget (the server's default applies), as dubbo-go sends them.
 //
 // A response of status 20 is its Payload, a result body as the codec
 // writes it. A response of another status is written as Java's provider
@@ -238,9 +239,14 @@ func (Format) DecodeBody(m *protocol.Message, body []byte) error {
 		m.Attachments[AttachVersion] = fields[2]
 	}
 	for k, v := range att {
-		if s, ok := attachmentString(v); ok {
-			m.Attachments[k] = s
+		s, ok := attachmentString(v)
+		// dubbo-go v3.3.1 sends "timeout" "0" on its failover retries,
+		// and "" from a call without a timeout: neither is a spent
+		// budget, so the call runs under the server's default.
+		if !ok || k == protocol.AttachTimeout && strings.TrimLeft(s, "0") == "" {
+			continue
 		}
+		m.Attachments[k] = s
 	}
 	return nil
 }

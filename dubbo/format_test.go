@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"testing"
+	"time"
 
 	"github.com/dabbrpc/dabb/codec"
 	"github.com/dabbrpc/dabb/protocol"
@@ -193,6 +194,32 @@ func TestParseException(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("parseException(%q) = %s, want %s", text, got, want)
+		}
+	}
+}
+
+// TestRequestTimeoutZeroIsNoBudget: a "timeout" attachment of "0" (sent
+// by dubbo-go's failover retries) or "" is no budget, not a spent one;
+// "1500" is 1.5 s.
+func TestRequestTimeoutZeroIsNoBudget(t *testing.T) {
+	for _, tt := range []struct {
+		timeout any
+		want    time.Duration
+	}{{"0", 0}, {"", 0}, {"000", 0}, {"1500", 1500 * time.Millisecond}, {int32(2000), 2 * time.Second}} {
+		body, err := AppendRequest(nil, &Request{Path: inventory, Method: "stock", Args: []any{int64(10086)},
+			Attachments: map[string]any{"path": inventory, "timeout": tt.timeout}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h protocol.Header
+		h.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, Hessian2ID), 0, 9)
+		h.SetBodyLen(uint32(len(body)))
+		m := readFrame(t, append(h[:], body...))
+		if m.Timeout != tt.want {
+			t.Errorf("timeout %#v: budget %v, want %v", tt.timeout, m.Timeout, tt.want)
+		}
+		if _, ok := m.Attachments["timeout"]; ok {
+			t.Errorf("timeout %#v: left among the attachments %v", tt.timeout, m.Attachments)
 		}
 	}
 }

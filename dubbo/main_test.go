@@ -8,11 +8,11 @@ import (
 	"go.uber.org/goleak"
 )
 
-// TestMain shares one ZooKeeper server among the package's tests (internal
-// and external), removes the peer programs they built, and then checks for
-// leaked goroutines.
+// TestMain shares one ZooKeeper server among the package's tests (and the
+// external test package's), removes the peer programs and the demo they
+// built, and then checks for leaked goroutines.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(cleanup{dubbogotest.WithPeer(zktest.WithShared(m))})
+	goleak.VerifyTestMain(dubbogotest.WithPeer(cleanup{zktest.WithShared(m)}))
 }
 
 // cleanup runs the tests, then removes the peer builds.

@@ -11,6 +11,13 @@
 //	go run ./examples/inventory -mode server -addr 127.0.0.1:20880
 //	go run ./examples/inventory -mode client -registry static://127.0.0.1:20880
 //
+// In a Dubbo estate, the server also serves the Java interface
+// com.example.inventory.InventoryService (boolean deduct(long sku, int
+// count), long stock(long sku), DeductReply deductOnce(DeductRequest req))
+// and publishes it in Dubbo's ZooKeeper layout under /dubbo:
+//
+//	go run ./examples/inventory -mode server -addr 127.0.0.1:20880 -registry zookeeper://127.0.0.1:2181
+//
 // In server mode, -require-token admits only calls that carry the bearer
 // token in $INVENTORY_TOKEN; the client mode sends none.
 package main
@@ -48,7 +55,7 @@ import (
 func main() {
 	var cfg config
 	flag.StringVar(&cfg.mode, "mode", "demo", "demo (servers and client in one process), server, or client")
-	flag.StringVar(&cfg.registry, "registry", "", "registry URL (zk://, etcd://, static://); default: an embedded etcd (demo) or none (server)")
+	flag.StringVar(&cfg.registry, "registry", "", "registry URL (zk://, etcd://, static://, or zookeeper:// for Dubbo's layout); default: an embedded etcd (demo) or none (server)")
 	flag.StringVar(&cfg.addr, "addr", "127.0.0.1:20880", "listen address (server mode)")
 	flag.IntVar(&cfg.instances, "instances", 3, "instances to start (demo mode)")
 	flag.IntVar(&cfg.calls, "calls", 3000, "calls per phase (demo and client modes)")
@@ -101,8 +108,9 @@ type config struct {
 // tokenEnv names the environment variable -require-token reads.
 const tokenEnv = "INVENTORY_TOKEN"
 
-// skus is the demo's catalogue and its starting stock.
-var skus = map[string]int64{"sku-1": 1_000_000, "sku-2": 1_000_000, "sku-3": 1_000_000, "sku-4": 1_000_000}
+// skus is the demo's catalogue and its starting stock. Java callers name
+// "10086" by the long 10086.
+var skus = map[string]int64{"sku-1": 1_000_000, "sku-2": 1_000_000, "sku-3": 1_000_000, "sku-4": 1_000_000, "10086": 1_000_000}
 
 // openRegistry opens the registry named by url, or starts an embedded etcd
 // in a temporary directory when url is empty.
@@ -188,6 +196,9 @@ func (in *instance) shutdown(ctx context.Context) error {
 // through the workload one instance shuts down gracefully, and the summary
 // shows the client followed.
 func runDemo(ctx context.Context, w io.Writer, cfg config) error {
+	if isDubboRegistry(cfg.registry) {
+		return errors.New("demo mode needs a registry dabb's client reads (zk://, etcd://); zookeeper:// lists Java interfaces for Dubbo consumers: use it with -mode server")
+	}
 	reg, closeReg, err := openRegistry(ctx, w, cfg.registry)
 	if err != nil {
 		return err
@@ -454,11 +465,18 @@ func runServer(ctx context.Context, w io.Writer, cfg config) error {
 	if err := inventory.RegisterInventoryServer(srv, store); err != nil {
 		return err
 	}
+	names := inventory.InventoryServiceName
+	if isDubboRegistry(cfg.registry) {
+		if err := registerJava(srv, store); err != nil {
+			return err
+		}
+		names += " and " + javaInterface + " (Dubbo, hessian2)"
+	}
 	l, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "serving %s on %s (Ctrl-C to stop)\n", inventory.InventoryServiceName, l.Addr())
+	fmt.Fprintf(w, "serving %s on %s (Ctrl-C to stop)\n", names, l.Addr())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	select {

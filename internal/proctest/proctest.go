@@ -107,6 +107,11 @@ func waitReady(exited <-chan struct{}, timeout time.Duration, ready func(context
 		}
 		select {
 		case <-exited:
+			// A short-lived process may have become ready and exited
+			// between two checks: its output is all written by now.
+			if last = ready(ctx); last == nil {
+				return nil
+			}
 			return fmt.Errorf("%w (last check: %v)", ErrExited, last)
 		case <-ctx.Done():
 			return fmt.Errorf("proctest: server not ready within %v: %w", timeout, last)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,6 +133,32 @@ func TestStartNotReady(t *testing.T) {
 				t.Fatal("Running = true after a failed Start")
 			}
 		})
+	}
+}
+
+// TestStartReadyThenExited: a process that becomes ready and exits
+// between two checks was ready.
+func TestStartReadyThenExited(t *testing.T) {
+	var p Process
+	t.Cleanup(p.Kill)
+	var checks atomic.Int32
+	cmd := shell(t, "exit 0")
+	// The first check comes before the process can have exited; every
+	// later one finds it ready, as a line the process printed would.
+	ready := func(context.Context) error {
+		if checks.Add(1) == 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	}
+	// A timeout far beyond the 50 ms poll: only the exit ends the wait
+	// before a second poll.
+	start := time.Now()
+	if err := p.Start(cmd, time.Minute, ready); err != nil {
+		t.Fatalf("Start = %v, want nil for a process that was ready when it exited", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("Start took %v", d)
 	}
 }
 

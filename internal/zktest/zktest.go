@@ -176,7 +176,7 @@ func newConfigured(java, classpath string, port int, extra []string) (*Server, e
 		// Stop and Kill in the page cache.
 		"forceSync=no",
 		"admin.enableServer=false",
-		"4lw.commands.whitelist=ruok,stat,srvr",
+		"4lw.commands.whitelist=ruok,stat,srvr,cons",
 	}, append(extra, "")...), "\n")
 	if err := os.WriteFile(s.configPath(), []byte(cfg), 0o644); err != nil {
 		os.RemoveAll(dir)
@@ -308,7 +308,7 @@ func (s *Server) probe() error {
 }
 
 // FourLetter sends one of ZooKeeper's four-letter commands (ruok, stat,
-// srvr) to addr and returns the answer.
+// srvr, cons) to addr and returns the answer.
 func FourLetter(addr, cmd string, timeout time.Duration) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {

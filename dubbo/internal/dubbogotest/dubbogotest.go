@@ -7,7 +7,10 @@
 //	p := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: zk.Addr()})
 //	calls := dubbogotest.RunScript(t, dubbogotest.ConsumerConfig{ZooKeeper: zk.Addr(), Script: "inventory"})
 //	sum := dubbogotest.RunLoad(t, dubbogotest.ConsumerConfig{ZooKeeper: zk.Addr(), Load: "deduct", N: 1000, K: 8})
+//	load := dubbogotest.StartLoad(t, dubbogotest.ConsumerConfig{ZooKeeper: zk.Addr(), Load: "stock"})
+//	load.WaitProgress(t, "100 calls answered", func(p dubbogotest.LoadProgress) bool { return p.OK >= 100 })
 //	p.Kill() // kill -9; processes still running are killed when the test ends
+//	sum = load.Stop(t)
 //
 // Both sides speak the dubbo protocol with hessian2 bodies and use
 // ZooKeeper's interface-level layout under /dubbo. The provider serves
@@ -269,6 +272,31 @@ func (l *Load) Stop(t testing.TB) LoadSummary {
 	return l.Wait(t)
 }
 
+// LoadProgress is what a consumer's load printed last while it ran; it
+// prints every 100 ms.
+type LoadProgress struct {
+	// Calls made so far, answered or not.
+	Calls int64 `json:"calls"`
+	// OK counts calls answered without an error.
+	OK int64 `json:"ok"`
+	// Failures counts calls answered with an error.
+	Failures int64 `json:"failures"`
+}
+
+// WaitProgress waits up to RunTimeout for a progress line for which cond
+// is true and returns it. It fails the test when the load ends first.
+func (l *Load) WaitProgress(t testing.TB, what string, cond func(LoadProgress) bool) LoadProgress {
+	t.Helper()
+	var p LoadProgress
+	match := func(msg json.RawMessage) bool {
+		return json.Unmarshal(msg, &p) == nil && cond(p)
+	}
+	if err := l.c.out.eventWhere(l.c.proc, "progress", match); err != nil {
+		t.Fatalf("dubbogotest: consumer load, waiting for %s: %v (last progress %+v)\nstderr:\n%s", what, err, p, l.c.err.String())
+	}
+	return p
+}
+
 // RunLoad runs a consumer's load of N calls to its end and returns its
 // summary.
 func RunLoad(t testing.TB, cfg ConsumerConfig) LoadSummary {
@@ -418,6 +446,22 @@ func (l *lines) has(event string) bool {
 // decodes it into v when v is not nil. It fails early when proc exits
 // without printing one.
 func (l *lines) event(proc *proctest.Process, name string, v any) error {
+	var err error
+	match := func(msg json.RawMessage) bool {
+		if v != nil {
+			err = json.Unmarshal(msg, v)
+		}
+		return true
+	}
+	if werr := l.eventWhere(proc, name, match); werr != nil {
+		return werr
+	}
+	return err
+}
+
+// eventWhere waits up to RunTimeout for the last line {"event": name,
+// ...} to satisfy match. It fails early when proc exits first.
+func (l *lines) eventWhere(proc *proctest.Process, name string, match func(json.RawMessage) bool) error {
 	deadline := time.NewTimer(RunTimeout)
 	defer deadline.Stop()
 	// An exit is no event here; it is looked for between lines. Once
@@ -430,12 +474,10 @@ func (l *lines) event(proc *proctest.Process, name string, v any) error {
 		changed := l.changed
 		l.mu.Unlock()
 		switch {
-		case ok && v == nil:
+		case ok && match(msg):
 			return nil
-		case ok:
-			return json.Unmarshal(msg, v)
 		case exited:
-			return fmt.Errorf("the peer exited without a %q line", name)
+			return fmt.Errorf("the peer exited without a matching %q line", name)
 		}
 		select {
 		case <-changed:

@@ -249,6 +249,17 @@ type loadSummary struct {
 	Seconds     float64  `json:"seconds"`
 }
 
+// loadProgress is what load mode prints every progressEvery while it runs.
+type loadProgress struct {
+	Event    string `json:"event"` // "progress"
+	Calls    int64  `json:"calls"`
+	OK       int64  `json:"ok"`
+	Failures int64  `json:"failures"`
+}
+
+// progressEvery is how often load mode prints its progress.
+const progressEvery = 100 * time.Millisecond
+
 // maxErrors is how many errors a load summary lists.
 const maxErrors = 10
 
@@ -287,6 +298,7 @@ func (c *consumer) load(method string, sku int64, n, k int) error {
 	// after it has made at least one call.
 	var started sync.Once
 	var next, calls, ok, falses, failures atomic.Int64
+	finished := make(chan struct{})
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -328,7 +340,24 @@ func (c *consumer) load(method string, sku int64, n, k int) error {
 			}
 		}()
 	}
+	// Progress lines let a test follow the load while it runs.
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		tick := time.NewTicker(progressEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-finished:
+				return
+			case <-tick.C:
+				emit(loadProgress{Event: "progress", Calls: calls.Load(), OK: ok.Load(), Failures: failures.Load()})
+			}
+		}
+	}()
 	wg.Wait()
+	close(finished)
+	<-progressDone
 	s.Seconds = time.Since(start).Seconds()
 	s.Calls, s.OK, s.False, s.Failures = calls.Load(), ok.Load(), falses.Load(), failures.Load()
 	s.StockAfter = stock()
