@@ -305,6 +305,11 @@ func TestDemoKill9UnderDubbogoLoad(t *testing.T) {
 		t.Fatalf("%s is not ephemeral", path)
 	}
 	timeout := consTimeout(t, srv, stat.EphemeralOwner)
+	// ZooKeeper ends the session within its timeout plus one tick (it
+	// expires sessions in buckets of a tick). The allowance is for what
+	// follows on a loaded machine: the expiry thread's delete, and the
+	// watch event's way to this test.
+	const allowance = 500 * time.Millisecond
 	bound := timeout + zktest.TickTime
 	exists, _, gone, err := conn.ExistsW(path)
 	if err != nil || !exists {
@@ -323,8 +328,8 @@ func TestDemoKill9UnderDubbogoLoad(t *testing.T) {
 	}
 	took := time.Since(killed)
 	t.Logf("node gone %v after kill -9; negotiated session timeout %v, tick %v", took.Round(time.Millisecond), timeout, zktest.TickTime)
-	if took > bound {
-		t.Errorf("node gone %v after kill -9, want within %v (session timeout %v plus one tick)", took, bound, timeout)
+	if took > bound+allowance {
+		t.Errorf("node gone %v after kill -9, want within %v (session timeout %v plus one tick) and %v for the delete's delivery", took, bound, timeout, allowance)
 	}
 
 	// From the kill on only the survivor answers: the load goes on.
