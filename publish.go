@@ -268,6 +268,25 @@ func (p *publisher) settle(mine []registry.Instance, err error) error {
 	return join(err, derr)
 }
 
+// mergeMetadata returns the server's metadata with the service's over it.
+// Either map is returned as is when the other is empty.
+func mergeMetadata(server, service map[string]string) map[string]string {
+	if len(service) == 0 {
+		return server
+	}
+	if len(server) == 0 {
+		return service
+	}
+	m := make(map[string]string, len(server)+len(service))
+	for k, v := range server {
+		m[k] = v
+	}
+	for k, v := range service {
+		m[k] = v
+	}
+	return m
+}
+
 // register publishes svc at each of the advertised addresses, with sem
 // held, within ctx. It returns the instances registered. After a failure
 // it returns, with its error, those to withdraw.
@@ -279,7 +298,7 @@ func (p *publisher) register(ctx context.Context, svc *service, addrs []string) 
 			ID:       adv,
 			Addr:     adv,
 			Weight:   p.weight,
-			Metadata: p.metadata,
+			Metadata: mergeMetadata(p.metadata, svc.desc.Metadata),
 		}
 		rctx, cancel := context.WithTimeout(ctx, p.timeout)
 		err := p.reg.Register(rctx, in)

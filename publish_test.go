@@ -794,3 +794,43 @@ func TestAdvertiseAddr(t *testing.T) {
 		})
 	}
 }
+
+// TestServiceMetadataPublished: a ServiceDesc's Metadata is published with
+// its instances over the server's WithInstance metadata, and a service
+// without any publishes the server's alone.
+func TestServiceMetadataPublished(t *testing.T) {
+	reg := newGatedRegistry("")
+	withMeta, plain := probeDesc, probeDesc
+	withMeta.Name, plain.Name = "test.ProbeMeta", "test.ProbePlain"
+	withMeta.Metadata = map[string]string{"shared": "service", "own": "yes"}
+	server := map[string]string{"shared": "server", "zone": "a"}
+	s := dabb.NewServer(dabb.WithRegistry(reg), dabb.WithLogger(quiet), dabb.WithInstance(0, server))
+	defer s.Close()
+	for _, d := range []*dabb.ServiceDesc{&withMeta, &plain} {
+		if err := s.RegisterService(d, newProbe()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, done := serveGated(t, s)
+	for range 2 {
+		select {
+		case <-reg.registered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the services were not published within 10s")
+		}
+	}
+	reg.mu.Lock()
+	gotMeta, gotPlain := reg.live[withMeta.Name].Metadata, reg.live[plain.Name].Metadata
+	reg.mu.Unlock()
+	want := map[string]string{"shared": "service", "own": "yes", "zone": "a"}
+	if !maps.Equal(gotMeta, want) {
+		t.Errorf("%s published metadata %v, want %v", withMeta.Name, gotMeta, want)
+	}
+	if !maps.Equal(gotPlain, server) {
+		t.Errorf("%s published metadata %v, want the server's %v", plain.Name, gotPlain, server)
+	}
+	if server["shared"] != "server" || len(withMeta.Metadata) != 2 {
+		t.Errorf("publishing changed the maps it was given: server %v, service %v", server, withMeta.Metadata)
+	}
+	shutdownWithdraws(t, s, reg, done)
+}

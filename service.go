@@ -49,6 +49,11 @@ type ServiceDesc struct {
 	HandlerType any
 	// Methods lists the methods.
 	Methods []MethodDesc
+	// Metadata is published with each of the service's instances, over
+	// the server's (WithInstance): a key set here wins. Nil adds nothing.
+	// A registry may read keys of its own here: the dubbo module's
+	// zookeeper:// registry writes Dubbo's provider node from them.
+	Metadata map[string]string
 }
 
 // service is a registered ServiceDesc bound to its implementation.

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/dabbrpc/dabb/protocol"
 )
 
 // DeductRequest is com.example.inventory.DeductRequest of the demo.
@@ -339,6 +341,21 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 		_, _ = DecodeErrorMessage(body, Limits{})
+		// The body format and the codec, as a server and a client meet it.
+		for _, h := range []struct {
+			f protocol.Flags
+			s protocol.Status
+		}{
+			{protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, Hessian2ID), 0},
+			{protocol.MakeFlags(0, Hessian2ID), protocol.StatusOK},
+			{protocol.MakeFlags(0, Hessian2ID), protocol.StatusBadRequest},
+		} {
+			var m protocol.Message
+			m.Header.Init(h.f, h.s, 1)
+			_ = Format{}.DecodeBody(&m, append([]byte(nil), body...))
+		}
+		var a Args
+		_ = Codec{}.Unmarshal(body, &a)
 	})
 }
 

@@ -2,6 +2,14 @@
 // bodies in hessian2 (serialization id 2), and Dubbo's interface-level
 // layout in ZooKeeper under the registry scheme "zookeeper".
 //
+// Importing it registers the body format and codec of serialization id 2,
+// so a dabb Server answers Dubbo consumers; Service describes a Go value
+// as a Java interface for Server.RegisterService, and a zookeeper://
+// registry publishes it where Java's consumers look:
+//
+//	desc, err := dubbo.Service("com.example.inventory.InventoryService", store)
+//	err = server.RegisterService(desc, store)
+//
 // It is a module of its own, so a program that does not import it links
 // neither hessian2 nor anything else of Dubbo's:
 //
