@@ -395,3 +395,37 @@ func noSuchMethod(msg string) bool {
 	return strings.Contains(msg, "NoSuchMethod") || strings.Contains(msg, "No such method") ||
 		strings.Contains(msg, "method is not found") || strings.Contains(msg, "Not found method")
 }
+
+// MethodEcho is the method name of Dubbo's echo ($echo), which every
+// provider answers with its one argument.
+const MethodEcho = "$echo"
+
+// Echo asks a provider of service (a service key, as for Invoke) whether
+// it answers, with Dubbo's $echo: the provider returns the argument it
+// was sent. It returns nil when the answer is that argument. Pass
+// proxy.Timeout to bound it; c's timeout applies otherwise.
+func Echo(ctx context.Context, c *proxy.Client, service string, opts ...proxy.CallOption) error {
+	key, err := parseServiceKey(service)
+	if err != nil {
+		return protocol.NotSent(protocol.StatusClientError, "dubbo: Echo", err)
+	}
+	all := []proxy.CallOption{proxy.Via(key.colonKey()), proxy.UseCodec(Codec{}),
+		proxy.Attachment(AttachInterface, key.iface)}
+	if key.version != "" {
+		all = append(all, proxy.Attachment(AttachVersion, key.version))
+	}
+	if key.group != "" {
+		all = append(all, proxy.Attachment(AttachGroup, key.group))
+	}
+	const ping = "OK"
+	var resp Response
+	req := &Args{Types: "Ljava/lang/Object;", Values: []any{ping}}
+	if err := c.Invoke(ctx, key.iface, MethodEcho, req, &resp, append(all, opts...)...); err != nil {
+		return err
+	}
+	if resp.Value != ping {
+		return &protocol.Error{Status: protocol.StatusBadResponse, Remote: true,
+			Msg: fmt.Sprintf("dubbo: $echo of %q answered %#v", ping, resp.Value)}
+	}
+	return nil
+}

@@ -54,7 +54,8 @@ func newDubboClient(t *testing.T, zkAddr string, opts ...proxy.Option) *proxy.Cl
 // and 1,000 calls from 8 goroutines with none failing.
 func TestInvokeDubbogo(t *testing.T) {
 	srv := zktest.Shared(t)
-	dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr()})
+	p := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr()})
+	defer p.Stop() // deregisters: the next test finds no stale node
 	var attempts atomic.Int64
 	count := func(next proxy.Invoker) proxy.Invoker {
 		return func(ctx context.Context, call *proxy.Call) error {
@@ -155,8 +156,9 @@ func TestInvokeDubbogo(t *testing.T) {
 // version by its service key; one without them is not picked for it.
 func TestInvokeGroupVersion(t *testing.T) {
 	srv := zktest.Shared(t)
-	dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr(), Group: "blue", Version: "2.0.0",
+	p := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr(), Group: "blue", Version: "2.0.0",
 		Services: []string{"greeter"}})
+	defer p.Stop()
 	c := newDubboClient(t, srv.Addr(), proxy.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	got, err := dubbo.Invoke(ctx, c, "blue/"+greeterInterface+":2.0.0", "sayHello", nil, []any{"blue"})
@@ -335,6 +337,7 @@ func TestInvokeAttachments(t *testing.T) {
 func TestInvokeCancelReply(t *testing.T) {
 	srv := zktest.Shared(t)
 	p := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr(), Services: []string{"greeter"}})
+	defer p.Stop()
 	rl := startRelay(t, p.Addr())
 	// One connection, so the call after the cancelled one shares it.
 	c := staticClient(t, greeterInterface, rl.addr(), proxy.WithTransport(transport.Config{ConnsPerAddr: 1}))
