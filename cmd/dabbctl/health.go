@@ -193,6 +193,9 @@ func (c *checker) check(ctx context.Context, in registry.Instance, service strin
 	if err != nil {
 		return checkResult{err: err}
 	}
+	if c.a.onDubbo() {
+		return c.echo(ctx, cl, in)
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var reply health.CheckReply
