@@ -1,0 +1,154 @@
+package dubbo_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb/dubbo"
+	"github.com/dabbrpc/dabb/dubbo/internal/dubbogotest"
+	"github.com/dabbrpc/dabb/internal/zktest"
+	"github.com/dabbrpc/dabb/proxy"
+)
+
+// HelloRequest is com.example.HelloRequest {String name}.
+type HelloRequest struct{ Name string }
+
+// HelloReply is com.example.HelloReply {String message; int length}.
+type HelloReply struct {
+	Message string
+	Length  int32
+}
+
+func init() {
+	for class, proto := range map[string]any{"com.example.HelloRequest": &HelloRequest{}, "com.example.HelloReply": &HelloReply{}} {
+		if err := dubbo.RegisterPOJO(class, proto); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// Greeter is the Go declaration of com.example.Greeter.
+type Greeter interface {
+	SayHello(ctx context.Context, name string) (string, error)
+	Greet(ctx context.Context, req *HelloRequest) (*HelloReply, error)
+	Fail(ctx context.Context, why string) (string, error)
+}
+
+// InventoryService is the Go declaration of
+// com.example.inventory.InventoryService's primitive methods.
+type InventoryService interface {
+	Stock(ctx context.Context, sku int64) (int64, error)
+	Deduct(ctx context.Context, sku int64, count int32) (bool, error)
+}
+
+// TestClientDubbogo calls a dubbo-go provider typed: primitives, a POJO,
+// an exception, and 1,000 calls from 8 goroutines with none failing.
+func TestClientDubbogo(t *testing.T) {
+	srv := zktest.Shared(t)
+	p := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr()})
+	defer p.Stop()
+	c := newDubboClient(t, srv.Addr(), proxy.WithTimeout(10*time.Second))
+	ctx := context.Background()
+	greeter, err := dubbo.NewClient(c, "com.example.Greeter", (*Greeter)(nil), dubbo.WithIdempotent("SayHello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := dubbo.NewClient(c, inventoryInterface, (*InventoryService)(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var hello string
+	if err := greeter.Call(ctx, "SayHello", []any{"typed"}, &hello); err != nil || hello != "hello typed" {
+		t.Fatalf("SayHello(typed) = %q, %v", hello, err)
+	}
+	var stock, after int64
+	if err := inv.Call(ctx, "Stock", []any{10086}, &stock); err != nil || stock <= 0 {
+		t.Fatalf("Stock(10086) = %d, %v; want units left", stock, err)
+	}
+	var ok bool
+	if err := inv.Call(ctx, "Deduct", []any{int64(10086), 3}, &ok); err != nil || !ok {
+		t.Fatalf("Deduct(10086, 3) = %v, %v; want true", ok, err)
+	}
+	if err := inv.Call(ctx, "Stock", []any{10086}, &after); err != nil || after != stock-3 {
+		t.Errorf("Stock after deducting 3 = %d, %v; want %d", after, err, stock-3)
+	}
+	var reply *HelloReply
+	if err := greeter.Call(ctx, "Greet", []any{&HelloRequest{Name: "pojo"}}, &reply); err != nil {
+		t.Fatalf("Greet: %v", err)
+	}
+	if reply == nil || *reply != (HelloReply{Message: "hello pojo", Length: 10}) {
+		t.Errorf("Greet = %+v; want message hello pojo, length 10", reply)
+	}
+	err = greeter.Call(ctx, "Fail", []any{"typed failure"}, nil)
+	var exc *dubbo.Exception
+	if !errors.Is(err, proxy.ErrServiceError) || !errors.As(err, &exc) ||
+		exc.Class != "java.lang.RuntimeException" || exc.Message != "typed failure" {
+		t.Errorf("Fail = %v; want ErrServiceError with java.lang.RuntimeException: typed failure", err)
+	}
+	for _, bad := range []struct {
+		method string
+		args   []any
+		want   string
+	}{
+		{"Nope", nil, "no method Nope"},
+		{"SayHello", []any{"a", "b"}, "2 arguments for sayHello(java.lang.String)"},
+		{"Deduct", []any{int64(1), int64(1) << 40}, "overflows"},
+		{"SayHello", []any{7}, "argument 1"},
+	} {
+		err := greeter.Call(ctx, bad.method, bad.args, nil)
+		if bad.method == "Deduct" {
+			err = inv.Call(ctx, bad.method, bad.args, nil)
+		}
+		if !errors.Is(err, proxy.ErrNotSent) || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s(%v) = %v; want not sent, saying %q", bad.method, bad.args, err, bad.want)
+		}
+	}
+
+	t.Run("1000 calls", func(t *testing.T) {
+		const n, k = 1000, 8
+		var failed, next atomic.Int64
+		var once sync.Once
+		var wg sync.WaitGroup
+		for range k {
+			wg.Go(func() {
+				for next.Add(1) <= n {
+					var got string
+					if err := greeter.Call(ctx, "SayHello", []any{"load"}, &got); err != nil || got != "hello load" {
+						failed.Add(1)
+						once.Do(func() { t.Errorf("SayHello(load) = %q, %v", got, err) })
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if f := failed.Load(); f != 0 {
+			t.Errorf("%d of %d typed calls failed", f, n)
+		}
+	})
+}
+
+func TestNewClientBadDeclaration(t *testing.T) {
+	c := newDubboClient(t, "127.0.0.1:1")
+	for _, tt := range []struct {
+		iface string
+		decl  any
+		opts  []dubbo.ServiceOption
+		want  string
+	}{
+		{"Greeter", (*Greeter)(nil), nil, "not a package-qualified"},
+		{"com.example.Greeter", nil, nil, "nil declaration"},
+		{"com.example.Greeter", (*interface{ Close() error })(nil), nil, "has no method"},
+		{"com.example.Greeter", (*Greeter)(nil), []dubbo.ServiceOption{dubbo.WithMethod("Missing", "missing")}, `WithMethod("Missing")`},
+		{"com.example.Greeter", (*Greeter)(nil), []dubbo.ServiceOption{dubbo.WithMethod("Greet", "greet", "a", "b")}, "2 Java types for 1 parameters"},
+	} {
+		if _, err := dubbo.NewClient(c, tt.iface, tt.decl, tt.opts...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("NewClient(%q, %T) = %v; want an error saying %q", tt.iface, tt.decl, err, tt.want)
+		}
+	}
+}
