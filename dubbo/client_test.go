@@ -11,6 +11,7 @@ import (
 
 	"github.com/dabbrpc/dabb/dubbo"
 	"github.com/dabbrpc/dabb/dubbo/internal/dubbogotest"
+	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/internal/zktest"
 	"github.com/dabbrpc/dabb/proxy"
 )
@@ -51,7 +52,7 @@ type InventoryService interface {
 func TestClientDubbogo(t *testing.T) {
 	srv := zktest.Shared(t)
 	p := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr()})
-	defer p.Stop()
+	defer stopProvider(t, srv.Addr(), p)
 	c := newDubboClient(t, srv.Addr(), proxy.WithTimeout(10*time.Second))
 	ctx := context.Background()
 	greeter, err := dubbo.NewClient(c, "com.example.Greeter", (*Greeter)(nil), dubbo.WithIdempotent("SayHello"))
@@ -151,4 +152,104 @@ func TestNewClientBadDeclaration(t *testing.T) {
 			t.Errorf("NewClient(%q, %T) = %v; want an error saying %q", tt.iface, tt.decl, err, tt.want)
 		}
 	}
+}
+
+// TestClientKillProvider kills one of two dubbo-go providers with kill -9
+// under load: calls of the idempotent Stock lose none; calls of the
+// non-idempotent Deduct are retried only when their attempt provably
+// was not sent, and a failed one says the connection failed.
+func TestClientKillProvider(t *testing.T) {
+	srv := zktest.Shared(t)
+	p1 := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr(), Services: []string{"inventory"}})
+	p2 := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr(), Services: []string{"inventory"}})
+	defer stopProvider(t, srv.Addr(), p2)
+	var mu sync.Mutex
+	byAddr := map[string]int{}
+	var resentAfterSent atomic.Int64
+	var firstResent sync.Once
+	watch := func(next proxy.Invoker) proxy.Invoker {
+		return func(ctx context.Context, call *proxy.Call) error {
+			idempotent := call.Idempotent
+			call.OnAttempt = func(a proxy.AttemptInfo) {
+				mu.Lock()
+				byAddr[a.Addr]++
+				mu.Unlock()
+				if !idempotent && a.After != nil && !errors.Is(a.After, proxy.ErrNotSent) {
+					resentAfterSent.Add(1)
+					firstResent.Do(func() { t.Errorf("%s attempt %d went after %v", call.Method, a.Attempt, a.After) })
+				}
+			}
+			return next(ctx, call)
+		}
+	}
+	c := newDubboClient(t, srv.Addr(), proxy.WithTimeout(5*time.Second), proxy.WithMiddleware(watch))
+	inv, err := dubbo.NewClient(c, inventoryInterface, (*InventoryService)(nil), dubbo.WithIdempotent("Stock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var stocks, stockFailures, deducts, deductFailures atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var n int64
+				if err := inv.Call(ctx, "Stock", []any{10086}, &n); err != nil {
+					stockFailures.Add(1)
+					once.Do(func() { t.Errorf("Stock failed: %v", err) })
+					continue
+				}
+				stocks.Add(1)
+			}
+		})
+	}
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var ok bool
+				err := inv.Call(ctx, "Deduct", []any{10086, 1}, &ok)
+				if err == nil {
+					deducts.Add(1)
+					continue
+				}
+				deductFailures.Add(1)
+				if errors.Is(err, proxy.ErrServiceError) || !(errors.Is(err, proxy.ErrUnavailable) || errors.Is(err, proxy.ErrTimeout)) {
+					t.Errorf("Deduct failed with %v; want a lost connection (unavailable) or a timeout", err)
+				}
+			}
+		})
+	}
+	wait.Until(t, 10*time.Second, 10*time.Millisecond, "calls to reach both providers", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return byAddr[p1.Addr()] > 50 && byAddr[p2.Addr()] > 50
+	})
+	p1.Kill()
+	before := stocks.Load()
+	wait.Until(t, 10*time.Second, 10*time.Millisecond, "500 more Stock calls after the kill", func() bool {
+		return stocks.Load() > before+500
+	})
+	close(stop)
+	wg.Wait()
+	t.Logf("Stock: %d ok, %d failed; Deduct: %d ok, %d failed", stocks.Load(), stockFailures.Load(), deducts.Load(), deductFailures.Load())
+	if f := stockFailures.Load(); f != 0 {
+		t.Errorf("%d Stock calls failed across the kill; want none (it is idempotent)", f)
+	}
+	if n := resentAfterSent.Load(); n != 0 {
+		t.Errorf("%d Deduct attempts went after an attempt that may have run; want none", n)
+	}
+	// The killed provider's node goes with its session.
+	stopProvider(t, srv.Addr(), p1)
 }

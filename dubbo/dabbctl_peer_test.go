@@ -41,10 +41,10 @@ func TestDabbctlOnDubbo(t *testing.T) {
 	srv := zktest.Shared(t)
 	bin := buildDabbctl(t, t.TempDir())
 	plain := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr()})
-	defer plain.Stop()
+	defer stopProvider(t, srv.Addr(), plain)
 	blue := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr(), Group: "blue", Version: "2.0.0",
 		Services: []string{"greeter"}})
-	defer blue.Stop()
+	defer stopProvider(t, srv.Addr(), blue)
 	reg := "zookeeper://" + srv.Addr()
 	ctl := func(args ...string) ctlRun {
 		t.Helper()

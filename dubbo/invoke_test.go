@@ -15,9 +15,11 @@ import (
 	"time"
 
 	hessian "github.com/apache/dubbo-go-hessian2"
+	"github.com/go-zookeeper/zk"
 
 	"github.com/dabbrpc/dabb/dubbo"
 	"github.com/dabbrpc/dabb/dubbo/internal/dubbogotest"
+	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/internal/zktest"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
@@ -49,13 +51,36 @@ func newDubboClient(t *testing.T, zkAddr string, opts ...proxy.Option) *proxy.Cl
 	return c
 }
 
+// stopProvider stops p and waits until ZooKeeper lists none of its
+// nodes, so that the next test reads a layout without it: a provider that
+// was killed leaves them until its session expires (dubbo-go's is 5 s).
+func stopProvider(t *testing.T, zkAddr string, p *dubbogotest.Provider) {
+	t.Helper()
+	p.Stop()
+	conn, _, err := zk.Connect([]string{zkAddr}, 4*time.Second, zk.WithLogger(quietZK{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	wait.Until(t, 30*time.Second, 100*time.Millisecond, "the nodes of the provider at "+p.Addr()+" to go", func() bool {
+		for _, iface := range []string{inventoryInterface, greeterInterface} {
+			for _, u := range providerURLs(t, conn, iface) {
+				if strings.Contains(u, "//"+p.Addr()+"/") {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
 // TestInvokeDubbogo makes generic calls to a dubbo-go provider found in
 // ZooKeeper: primitives, a POJO, a thrown exception, a missing method,
 // and 1,000 calls from 8 goroutines with none failing.
 func TestInvokeDubbogo(t *testing.T) {
 	srv := zktest.Shared(t)
 	p := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr()})
-	defer p.Stop() // deregisters: the next test finds no stale node
+	defer stopProvider(t, srv.Addr(), p)
 	var attempts atomic.Int64
 	count := func(next proxy.Invoker) proxy.Invoker {
 		return func(ctx context.Context, call *proxy.Call) error {
@@ -158,7 +183,7 @@ func TestInvokeGroupVersion(t *testing.T) {
 	srv := zktest.Shared(t)
 	p := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr(), Group: "blue", Version: "2.0.0",
 		Services: []string{"greeter"}})
-	defer p.Stop()
+	defer stopProvider(t, srv.Addr(), p)
 	c := newDubboClient(t, srv.Addr(), proxy.WithTimeout(5*time.Second))
 	ctx := context.Background()
 	got, err := dubbo.Invoke(ctx, c, "blue/"+greeterInterface+":2.0.0", "sayHello", nil, []any{"blue"})
@@ -337,7 +362,7 @@ func TestInvokeAttachments(t *testing.T) {
 func TestInvokeCancelReply(t *testing.T) {
 	srv := zktest.Shared(t)
 	p := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr(), Services: []string{"greeter"}})
-	defer p.Stop()
+	defer stopProvider(t, srv.Addr(), p)
 	rl := startRelay(t, p.Addr())
 	// One connection, so the call after the cancelled one shares it.
 	c := staticClient(t, greeterInterface, rl.addr(), proxy.WithTransport(transport.Config{ConnsPerAddr: 1}))

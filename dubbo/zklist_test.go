@@ -18,10 +18,10 @@ import (
 func TestRegistryServices(t *testing.T) {
 	srv := zktest.Shared(t)
 	plain := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr()})
-	defer plain.Stop()
+	defer stopProvider(t, srv.Addr(), plain)
 	blue := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr(), Group: "blue", Version: "2.0.0",
 		Services: []string{"greeter"}})
-	defer blue.Stop()
+	defer stopProvider(t, srv.Addr(), blue)
 	ctx := context.Background()
 	r, err := registry.Open(ctx, "zookeeper://"+srv.Addr())
 	if err != nil {
