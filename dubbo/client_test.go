@@ -3,11 +3,15 @@ package dubbo_test
 import (
 	"context"
 	"errors"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/dabbrpc/dabb/dubbo"
 	"github.com/dabbrpc/dabb/dubbo/internal/dubbogotest"
@@ -252,4 +256,97 @@ func TestClientKillProvider(t *testing.T) {
 	}
 	// The killed provider's node goes with its session.
 	stopProvider(t, srv.Addr(), p1)
+}
+
+// TestClientOverride disables one of two providers with an override URL
+// under configurators, as Dubbo Admin writes it: within a second the
+// client stops picking it, and picks it again once the override goes.
+func TestClientOverride(t *testing.T) {
+	srv := zktest.Shared(t)
+	pa := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr(), Services: []string{"greeter"}})
+	defer stopProvider(t, srv.Addr(), pa)
+	pb := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr(), Services: []string{"greeter"}})
+	defer stopProvider(t, srv.Addr(), pb)
+	var mu sync.Mutex
+	byAddr := map[string]int{}
+	count := func(next proxy.Invoker) proxy.Invoker {
+		return func(ctx context.Context, call *proxy.Call) error {
+			call.OnAttempt = func(a proxy.AttemptInfo) {
+				mu.Lock()
+				byAddr[a.Addr]++
+				mu.Unlock()
+			}
+			return next(ctx, call)
+		}
+	}
+	calls := func(addr string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return byAddr[addr]
+	}
+	c := newDubboClient(t, srv.Addr(), proxy.WithTimeout(5*time.Second), proxy.WithMiddleware(count))
+	greeter, err := dubbo.NewClient(c, greeterInterface, (*Greeter)(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	call := func() {
+		t.Helper()
+		var got string
+		if err := greeter.Call(ctx, "SayHello", []any{"o"}, &got); err != nil || got != "hello o" {
+			t.Fatalf("SayHello(o) = %q, %v", got, err)
+		}
+	}
+	picked := func(want ...string) func() bool {
+		return func() bool {
+			ins, err := c.Instances(ctx, greeterInterface)
+			if err != nil || len(ins) != len(want) {
+				return false
+			}
+			for _, in := range ins {
+				if !slices.Contains(want, in.Addr) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	both := []string{pa.Addr(), pb.Addr()}
+	wait.Until(t, 10*time.Second, 5*time.Millisecond, "calls to reach both providers", func() bool {
+		call()
+		return calls(pa.Addr()) > 0 && calls(pb.Addr()) > 0
+	})
+
+	conn, _, err := zk.Connect([]string{srv.Addr()}, 4*time.Second, zk.WithLogger(quietZK{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	node := "/dubbo/" + greeterInterface + "/configurators"
+	if _, err := conn.Create(node, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		t.Fatal(err)
+	}
+	override := node + "/" + url.QueryEscape("override://"+pa.Addr()+"/"+greeterInterface+
+		"?category=configurators&disabled=true&dynamic=false&enabled=true")
+	if _, err := conn.Create(override, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, time.Second, 5*time.Millisecond, "the disabled provider to leave the client's instances", picked(pb.Addr()))
+	before := calls(pa.Addr())
+	for range 100 {
+		call()
+	}
+	if n := calls(pa.Addr()) - before; n != 0 {
+		t.Errorf("%d of 100 calls went to the disabled provider %s", n, pa.Addr())
+	}
+
+	if err := conn.Delete(override, -1); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, time.Second, 5*time.Millisecond, "the provider to come back once the override went", picked(both...))
+	before = calls(pa.Addr())
+	wait.Until(t, 10*time.Second, 5*time.Millisecond, "calls to reach the provider again", func() bool {
+		call()
+		return calls(pa.Addr()) > before
+	})
 }
