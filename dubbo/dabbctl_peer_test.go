@@ -46,7 +46,7 @@ func TestDabbctlOnDubbo(t *testing.T) {
 		Services: []string{"greeter"}})
 	defer stopProvider(t, srv.Addr(), blue)
 	reg := "zookeeper://" + srv.Addr()
-	ctl := func(args ...string) ctlRun {
+	ctl := func(t *testing.T, args ...string) ctlRun {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -62,15 +62,15 @@ func TestDabbctlOnDubbo(t *testing.T) {
 		}
 		return r
 	}
-	ok := func(args ...string) string {
+	ok := func(t *testing.T, args ...string) string {
 		t.Helper()
-		r := ctl(args...)
+		r := ctl(t, args...)
 		if r.code != 0 {
 			t.Fatalf("dabbctl %q exited %d: %s", args, r.code, r.stderr)
 		}
 		return r.stdout
 	}
-	jsonLines := func(out string) []map[string]any {
+	jsonLines := func(t *testing.T, out string) []map[string]any {
 		t.Helper()
 		var lines []map[string]any
 		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -84,7 +84,7 @@ func TestDabbctlOnDubbo(t *testing.T) {
 	}
 
 	t.Run("ls", func(t *testing.T) {
-		out := ok("ls")
+		out := ok(t, "ls")
 		rows := map[string]bool{}
 		for _, l := range strings.Split(out, "\n") {
 			rows[strings.Join(strings.Fields(l), " ")] = true
@@ -96,7 +96,7 @@ func TestDabbctlOnDubbo(t *testing.T) {
 			}
 		}
 		found := map[string]float64{}
-		for _, l := range jsonLines(ok("-o", "json", "ls")) {
+		for _, l := range jsonLines(t, ok(t, "-o", "json", "ls")) {
 			key, _ := l["interface"].(string)
 			if g, _ := l["group"].(string); g != "" {
 				key = g + "/" + key + ":" + l["version"].(string)
@@ -111,7 +111,7 @@ func TestDabbctlOnDubbo(t *testing.T) {
 	})
 
 	t.Run("ls IFACE", func(t *testing.T) {
-		lines := jsonLines(ok("-o", "json", "ls", "com.example.Greeter"))
+		lines := jsonLines(t, ok(t, "-o", "json", "ls", "com.example.Greeter"))
 		if len(lines) != 2 {
 			t.Fatalf("ls com.example.Greeter listed %d providers; want 2 (both groups)", len(lines))
 		}
@@ -128,7 +128,7 @@ func TestDabbctlOnDubbo(t *testing.T) {
 		if !addrs[plain.Addr()] || !addrs[blue.Addr()] {
 			t.Errorf("providers at %v; want %s and %s", addrs, plain.Addr(), blue.Addr())
 		}
-		out := ok("ls", "blue/com.example.Greeter:2.0.0")
+		out := ok(t, "ls", "blue/com.example.Greeter:2.0.0")
 		if !strings.Contains(out, blue.Addr()) || strings.Contains(out, plain.Addr()) {
 			t.Errorf("ls of blue/com.example.Greeter:2.0.0 printed\n%s\nwant %s alone", out, blue.Addr())
 		}
@@ -138,10 +138,25 @@ func TestDabbctlOnDubbo(t *testing.T) {
 	})
 
 	t.Run("ls -health", func(t *testing.T) {
-		for _, l := range jsonLines(ok("-o", "json", "ls", "-health", "com.example.Greeter")) {
+		for _, l := range jsonLines(t, ok(t, "-o", "json", "ls", "-health", "com.example.Greeter")) {
 			if l["health"] != "serving" {
 				t.Errorf("provider %v; want health serving (it answers $echo)", l)
 			}
+		}
+	})
+
+	t.Run("health", func(t *testing.T) {
+		lines := jsonLines(t, ok(t, "-o", "json", "health"))
+		if len(lines) != 3 {
+			t.Errorf("health printed %d lines; want 3 (two Greeter providers, one InventoryService)", len(lines))
+		}
+		for _, l := range lines {
+			if l["status"] != "serving" {
+				t.Errorf("health line %v; want serving", l)
+			}
+		}
+		if out := ok(t, "health", "-addr", blue.Addr(), "blue/com.example.Greeter:2.0.0"); !strings.Contains(out, "serving") {
+			t.Errorf("health -addr %s printed %q; want serving", blue.Addr(), out)
 		}
 	})
 
@@ -177,11 +192,11 @@ func TestDabbctlOnDubbo(t *testing.T) {
 	})
 
 	t.Run("call", func(t *testing.T) {
-		if out := ok("call", "com.example.Greeter.sayHello", `["world"]`); out != "\"hello world\"\n" {
+		if out := ok(t, "call", "com.example.Greeter.sayHello", `["world"]`); out != "\"hello world\"\n" {
 			t.Errorf("call sayHello printed %q; want \"hello world\" as a JSON string", out)
 		}
 		var reply map[string]any
-		out := ok("-o", "json", "call", "com.example.Greeter.greet", `{"class":"com.example.HelloRequest","name":"pojo"}`)
+		out := ok(t, "-o", "json", "call", "com.example.Greeter.greet", `{"class":"com.example.HelloRequest","name":"pojo"}`)
 		if err := json.Unmarshal([]byte(out), &reply); err != nil || strings.Count(out, "\n") != 1 {
 			t.Fatalf("call greet -o json printed %q; want one JSON object on a line", out)
 		}
@@ -189,20 +204,20 @@ func TestDabbctlOnDubbo(t *testing.T) {
 			t.Errorf("call greet printed %v; want a com.example.HelloReply, message hello pojo, length 10", reply)
 		}
 		var stock int64
-		if err := json.Unmarshal([]byte(ok("call", "com.example.inventory.InventoryService.stock", "[10086]")), &stock); err != nil || stock <= 0 {
+		if err := json.Unmarshal([]byte(ok(t, "call", "com.example.inventory.InventoryService.stock", "[10086]")), &stock); err != nil || stock <= 0 {
 			t.Errorf("call stock printed no positive number: %v", err)
 		}
-		if out := ok("call", "-types", "long,int", "com.example.inventory.InventoryService.deduct", "[10086, 1]"); out != "true\n" {
+		if out := ok(t, "call", "-types", "long,int", "com.example.inventory.InventoryService.deduct", "[10086, 1]"); out != "true\n" {
 			t.Errorf("call -types long,int deduct printed %q; want true", out)
 		}
-		if out := ok("call", "-group", "blue", "-version", "2.0.0", "-timeout", "5s", "com.example.Greeter.sayHello", `"blue"`); out != "\"hello blue\"\n" {
+		if out := ok(t, "call", "-group", "blue", "-version", "2.0.0", "-timeout", "5s", "com.example.Greeter.sayHello", `"blue"`); out != "\"hello blue\"\n" {
 			t.Errorf("call -group blue -version 2.0.0 sayHello printed %q; want \"hello blue\"", out)
 		}
-		r := ctl("call", "com.example.Greeter.fail", `["boom"]`)
+		r := ctl(t, "call", "com.example.Greeter.fail", `["boom"]`)
 		if r.code != 1 || r.stderr != "java.lang.RuntimeException: boom\n" || r.stdout != "" {
 			t.Errorf("call fail exited %d, stdout %q, stderr %q; want 1 and \"java.lang.RuntimeException: boom\" on stderr", r.code, r.stdout, r.stderr)
 		}
-		r = ctl("call", "-types", "long", "com.example.Greeter.sayHello", `["a", "b"]`)
+		r = ctl(t, "call", "-types", "long", "com.example.Greeter.sayHello", `["a", "b"]`)
 		if r.code != 2 || !strings.Contains(r.stderr, "-types names 1 types for 2 arguments") {
 			t.Errorf("call with -types of the wrong length exited %d: %q; want 2 and why", r.code, r.stderr)
 		}

@@ -157,17 +157,21 @@ func (a *app) printDubboProviders(service string, set []registry.Instance, withH
 // echoKey is the service key of a provider's instance: its interface,
 // group and version.
 func echoKey(in registry.Instance) string {
-	md := in.Metadata
-	iface, _, _, _ := dubbo.SplitServiceKey(in.Service)
-	if md["interface"] != "" {
-		iface = md["interface"]
+	iface, group, version, _ := dubbo.SplitServiceKey(in.Service)
+	if md := in.Metadata; md != nil {
+		// A provider the registry listed: its own URL's parameters, as
+		// a key with "*" does not say them.
+		group, version = md["group"], md["version"]
+		if md["interface"] != "" {
+			iface = md["interface"]
+		}
 	}
 	key := iface
-	if g := md["group"]; g != "" {
-		key = g + "/" + key
+	if group != "" {
+		key = group + "/" + key
 	}
-	if v := md["version"]; v != "" {
-		key += ":" + v
+	if version != "" {
+		key += ":" + version
 	}
 	return key
 }
