@@ -55,8 +55,9 @@ var ErrNoSuchMethod = errors.New("dubbo: the provider has no such method")
 // travels as a hessian2 int.
 //
 // An argument is a Go string, integer, float, bool, nil, json.Number, a
-// []any of arguments, or a map[string]any of them: a POJO as a map of its
-// fields with its class under "class".
+// []any of arguments, a map[string]any of them (a POJO as a map of its
+// fields with its class under "class"), or a struct registered with
+// RegisterPOJO, which travels as that map.
 //
 // The result is what the provider returned, generalized: nil for null, a
 // string, int32 for int, int64 for long, float64, bool, []any for a list
@@ -134,9 +135,10 @@ func invokeArgs(method string, types []string, args []any) (*Args, bool, error) 
 // InferType returns the Java parameter type Invoke infers for an argument
 // given without types: java.lang.String for a string, long for an integer
 // (a json.Number without fraction or exponent included), double for a
-// fraction, boolean for a bool, java.util.List for a slice, and for a map
-// its "class" entry, else java.util.Map. nil has no type: it is an error,
-// as is any other Go type.
+// fraction, boolean for a bool, java.util.List for a slice, for a map
+// its "class" entry, else java.util.Map, and for a struct registered with
+// RegisterPOJO (or a pointer to one) its class. nil has no type: it is an
+// error, as is any other Go type.
 func InferType(v any) (string, error) {
 	switch x := v.(type) {
 	case nil:
@@ -155,6 +157,13 @@ func InferType(v any) (string, error) {
 			return c, nil
 		}
 		return "java.util.Map", nil
+	}
+	t := reflect.TypeOf(v)
+	if t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
+		t = t.Elem()
+	}
+	if class, ok := pojos.Load(t); ok {
+		return class.(string), nil
 	}
 	switch reflect.ValueOf(v).Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
@@ -295,7 +304,16 @@ func plainArg(v any) (any, error) {
 		}
 		return out, nil
 	}
-	// Registered POJOs and other values the hessian2 library encodes.
+	if t := rv.Type(); t.Kind() == reflect.Struct || t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
+		if t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if _, ok := pojos.Load(t); ok {
+			// A generic call carries a POJO as the map of its fields.
+			return generalize(rv), nil
+		}
+	}
+	// Other values the hessian2 library encodes (time.Time among them).
 	return v, nil
 }
 

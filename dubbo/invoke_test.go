@@ -121,6 +121,12 @@ func TestInvokeDubbogo(t *testing.T) {
 		t.Errorf("greet = %#v; want a com.example.HelloReply map, message \"hello pojo\", length int32 10", reply)
 	}
 
+	// A registered struct travels as the map of its fields.
+	reply, err = dubbo.Invoke(ctx, c, greeterInterface, "greet", nil, []any{&HelloRequest{Name: "struct"}})
+	if m, _ := reply.(map[string]any); err != nil || m["message"] != "hello struct" {
+		t.Errorf("greet(&HelloRequest{struct}) = %#v, %v; want message hello struct", reply, err)
+	}
+
 	// A thrown exception: a service error carrying the Java class, not
 	// retried even when idempotent, not counted against the breaker.
 	before := attempts.Load()
@@ -233,6 +239,7 @@ func TestInferType(t *testing.T) {
 		{"s", "java.lang.String"}, {7, "long"}, {int32(7), "long"}, {uint8(1), "long"}, {2.5, "double"},
 		{true, "boolean"}, {[]any{1}, "java.util.List"}, {[]string{"a"}, "java.util.List"},
 		{map[string]any{"a": 1}, "java.util.Map"}, {map[string]any{"class": "com.example.P"}, "com.example.P"},
+		{&HelloRequest{}, "com.example.HelloRequest"}, {HelloReply{}, "com.example.HelloReply"},
 	} {
 		got, err := dubbo.InferType(tt.v)
 		if err != nil || got != tt.want {
