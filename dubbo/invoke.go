@@ -41,8 +41,9 @@ var ErrNoSuchMethod = errors.New("dubbo: the provider has no such method")
 // generic=true) through c, so c's balancer, budget, retries and breakers
 // apply. service is a Dubbo service key, [group/]interface[:version] or
 // interface:version:group; the client balances over the instances its
-// zookeeper:// registry lists for the key's colon-separated form, which
-// registry.Cache accepts as a service name. Each request carries path,
+// zookeeper:// registry lists for the key, named in the colon-separated
+// form when it has a group (registry.Cache refuses a '/'). Each request
+// carries path,
 // interface, version, group and timeout (the budget left) as Java's
 // consumer sends them.
 //
@@ -69,6 +70,9 @@ var ErrNoSuchMethod = errors.New("dubbo: the provider has no such method")
 // retried on it and it does not count against the instance's breaker.
 // Every error is a *protocol.Error, as proxy.Client.Invoke's are.
 func Invoke(ctx context.Context, c *proxy.Client, service, method string, types []string, args []any, opts ...proxy.CallOption) (any, error) {
+	if c == nil {
+		return nil, protocol.NotSent(protocol.StatusClientError, "dubbo: Invoke with a nil proxy.Client", nil)
+	}
 	key, err := parseServiceKey(service)
 	if err != nil {
 		return nil, protocol.NotSent(protocol.StatusClientError, "dubbo: Invoke", err)
@@ -110,7 +114,7 @@ func invokeArgs(method string, types []string, args []any) (*Args, bool, error) 
 		for i, a := range args {
 			t, err := InferType(a)
 			if err != nil {
-				return nil, false, fmt.Errorf("argument %d: %w", i, err)
+				return nil, false, fmt.Errorf("argument %d: %w", i+1, err)
 			}
 			types[i] = t
 		}
@@ -121,11 +125,11 @@ func invokeArgs(method string, types []string, args []any) (*Args, bool, error) 
 	objs := make([]hessian.Object, len(args))
 	for i, a := range args {
 		if strings.TrimSpace(types[i]) == "" {
-			return nil, false, fmt.Errorf("parameter type %d is empty", i)
+			return nil, false, fmt.Errorf("parameter type %d is empty", i+1)
 		}
 		v, err := wireValue(a, types[i])
 		if err != nil {
-			return nil, false, fmt.Errorf("argument %d: %w", i, err)
+			return nil, false, fmt.Errorf("argument %d: %w", i+1, err)
 		}
 		objs[i] = v
 	}
@@ -423,6 +427,9 @@ const MethodEcho = "$echo"
 // was sent. It returns nil when the answer is that argument. Pass
 // proxy.Timeout to bound it; c's timeout applies otherwise.
 func Echo(ctx context.Context, c *proxy.Client, service string, opts ...proxy.CallOption) error {
+	if c == nil {
+		return protocol.NotSent(protocol.StatusClientError, "dubbo: Echo with a nil proxy.Client", nil)
+	}
 	key, err := parseServiceKey(service)
 	if err != nil {
 		return protocol.NotSent(protocol.StatusClientError, "dubbo: Echo", err)

@@ -219,6 +219,7 @@ func TestInvokeBadInput(t *testing.T) {
 		{"types and args", "x.Y", "m", []string{"int"}, []any{1, 2}, "1 parameter types for 2 arguments"},
 		{"int overflow", "x.Y", "m", []string{"int"}, []any{int64(1) << 40}, "is no int"},
 		{"fraction for long", "x.Y", "m", []string{"long"}, []any{1.5}, "is no long"},
+		{"empty type", "x.Y", "m", []string{" "}, []any{1}, "parameter type 1 is empty"},
 	} {
 		_, err := dubbo.Invoke(ctx, c, tt.service, tt.method, tt.types, tt.args)
 		if !errors.Is(err, proxy.ErrNotSent) || !strings.Contains(err.Error(), tt.want) {
@@ -228,6 +229,15 @@ func TestInvokeBadInput(t *testing.T) {
 		if !errors.As(err, &pe) {
 			t.Errorf("%s: %T is no *protocol.Error", tt.name, err)
 		}
+	}
+}
+
+func TestInvokeNilClient(t *testing.T) {
+	if _, err := dubbo.Invoke(context.Background(), nil, "x.Y", "m", nil, nil); !errors.Is(err, proxy.ErrNotSent) {
+		t.Errorf("Invoke with a nil client = %v; want not sent", err)
+	}
+	if err := dubbo.Echo(context.Background(), nil, "x.Y"); !errors.Is(err, proxy.ErrNotSent) {
+		t.Errorf("Echo with a nil client = %v; want not sent", err)
 	}
 }
 
