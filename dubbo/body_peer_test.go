@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
 )
 
 // frame wraps a body in a Dubbo header with serialization id 2: a two-way
@@ -37,6 +41,27 @@ var (
 )
 
 // TestMain removes what the peers' builds left in temporary directories.
+// clientRequest returns the body of a request as a proxy.Client sends
+// it to a Dubbo provider: the format writes it from the message, with a
+// budget of 1500 ms and the interface as Invoke and Client.Call set it.
+func clientRequest(t *testing.T, method string, payload []byte, att map[string]string) []byte {
+	t.Helper()
+	m := &protocol.Message{Service: inventory, Method: method, Timeout: 1500 * time.Millisecond, Payload: payload,
+		Attachments: map[string]string{AttachInterface: inventory}}
+	maps.Copy(m.Attachments, att)
+	m.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, Hessian2ID), 0, 1)
+	return Format{}.AppendBody(&m.Header, nil, m)
+}
+
+// invokeArgsBytes is the payload Invoke sends.
+func invokeArgsBytes(method string, types []string, args []any) ([]byte, error) {
+	a, _, err := invokeArgs(method, types, args)
+	if err != nil {
+		return nil, err
+	}
+	return Codec{}.Marshal(nil, a)
+}
+
 // removePeerBuilds removes the peer programs built by this test binary.
 func removePeerBuilds() {
 	for _, dir := range []string{dubbogoDir, javaDir} {
@@ -104,6 +129,13 @@ func TestDubbogoDecodesDabb(t *testing.T) {
 			Path: inventory, Method: "$invoke", ParamTypes: "Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/Object;",
 			Args: []any{"stock", []string{"long"}, []any{int64(10086)}},
 		}))), "request path=" + inventory + " version= method=$invoke types=Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/Object; args=[string(stock) []string([long]) [int64(10086)]] attachments=map[dubbo:2.0.2]"},
+		// The requests a client writes: Invoke's and Client.Call's, through
+		// the format, as the proxy sends them.
+		{"request_client_invoke", frame(true, 0, 4, clientRequest(t, "$invoke", must(invokeArgsBytes("stock", nil, []any{10086})),
+			map[string]string{AttachGeneric: "true", AttachVersion: "1.0.0", AttachGroup: "g"})),
+			"request path=" + inventory + " version=1.0.0 method=$invoke types=Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/Object; args=[string(stock) []string([long]) []hessian.Object([10086])] attachments=map[dubbo:2.0.2 generic:true group:g interface:" + inventory + " path:" + inventory + " timeout:1500 version:1.0.0]"},
+		{"request_client_typed", frame(true, 0, 5, clientRequest(t, "deduct", must(Codec{}.Marshal(nil, &Args{Types: "JI", Values: []any{int64(10086), int32(3)}})), nil)),
+			"request path=" + inventory + " version= method=deduct types=JI args=[int64(10086) int32(3)] attachments=map[dubbo:2.0.2 interface:" + inventory + " path:" + inventory + " timeout:1500]"},
 		{"response_value", frame(false, 20, 1, must(AppendResponse(nil, &Response{
 			Value: true, Attachments: map[string]any{"dubbo": DubboVersion},
 		}))), "response value=bool(true) attachments=map[dubbo:2.0.2]"},

@@ -10,6 +10,13 @@
 //	desc, err := dubbo.Service("com.example.inventory.InventoryService", store)
 //	err = server.RegisterService(desc, store)
 //
+// It also calls Java and dubbo-go providers through a proxy.Client over a
+// zookeeper:// registry: Invoke makes Dubbo's generic call without a
+// stub, and NewClient a typed client from the same declaration as
+// Service:
+//
+//	v, err := dubbo.Invoke(ctx, client, "com.example.Greeter", "sayHello", nil, []any{"world"})
+//
 // It is a module of its own, so a program that does not import it links
 // neither hessian2 nor anything else of Dubbo's:
 //

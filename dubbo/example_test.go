@@ -2,15 +2,20 @@ package dubbo_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"sync"
 
 	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/dubbo"
 	"github.com/dabbrpc/dabb/protocol"
+	"github.com/dabbrpc/dabb/proxy"
+	"github.com/dabbrpc/dabb/registry"
+	"github.com/dabbrpc/dabb/registry/static"
 )
 
 // Reservation is the Java class com.example.shop.Reservation:
@@ -169,4 +174,72 @@ func callJava(conn net.Conn, r *dubbo.Request) string {
 		return fmt.Sprintf("%+v", r)
 	}
 	return fmt.Sprint(resp.Value)
+}
+
+// ExampleNewClient calls a Java interface typed and generically through a
+// proxy.Client, from the same declaration the provider serves: here a
+// dabb Server serving Shop, found in a static registry. With a
+// zookeeper:// registry the client finds Java and dubbo-go providers the
+// same way.
+func ExampleNewClient() {
+	for class, proto := range map[string]any{"com.example.shop.Reservation": &Reservation{}, "com.example.shop.Receipt": &Receipt{}} {
+		if err := dubbo.RegisterPOJO(class, proto); err != nil {
+			log.Fatal(err)
+		}
+	}
+	const iface = "com.example.shop.ShopService"
+	shop := &Shop{stock: map[int64]int64{10086: 1000}}
+	desc, err := dubbo.Service(iface, shop)
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := dabb.NewServer()
+	if err := s.RegisterService(desc, shop); err != nil {
+		log.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	defer func() { s.Close(); <-done }()
+
+	reg := static.New(registry.Instance{Service: iface, Addr: l.Addr().String()})
+	defer reg.Close()
+	c, err := proxy.NewClient(reg, proxy.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	// Typed: the declaration is Shop's own methods.
+	client, err := dubbo.NewClient(c, iface, (*Shop)(nil), dubbo.WithIdempotent("Stock"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var ok bool
+	err = client.Call(ctx, "Deduct", []any{10086, 3}, &ok)
+	fmt.Println("deduct:", ok, err)
+	var receipt *Receipt
+	err = client.Call(ctx, "Reserve", []any{&Reservation{Sku: "10086", Count: 7, RequestId: "r-1"}}, &receipt)
+	fmt.Printf("reserve: %+v %v\n", receipt, err)
+	var n int64
+	err = client.Call(ctx, "Stock", []any{42}, &n)
+	var exc *dubbo.Exception
+	fmt.Println("stock(42):", errors.Is(err, proxy.ErrServiceError), errors.As(err, &exc) && exc.Class == dubbo.RuntimeException, exc.Message)
+
+	// Generic: no declaration; the types inferred (10086 is a long).
+	v, err := dubbo.Invoke(ctx, c, iface, "stock", nil, []any{10086})
+	fmt.Println("$invoke stock:", v, err)
+	v, err = dubbo.Invoke(ctx, c, iface, "reserve", nil,
+		[]any{map[string]any{"class": "com.example.shop.Reservation", "sku": "10086", "count": 10}})
+	fmt.Println("$invoke reserve:", v, err)
+	// Output:
+	// deduct: true <nil>
+	// reserve: &{Remaining:990 Duplicate:false} <nil>
+	// stock(42): true true unknown sku 42
+	// $invoke stock: 990 <nil>
+	// $invoke reserve: map[class:com.example.shop.Receipt duplicate:false remaining:980] <nil>
 }

@@ -23,6 +23,7 @@ type ServiceOption func(*serviceConfig)
 type serviceConfig struct {
 	methods                     map[string]methodOption // by Go name
 	version, group, application string
+	idempotent                  map[string]bool // by Go name; read by NewClient
 }
 
 type methodOption struct {
@@ -52,6 +53,20 @@ func WithVersion(v string) ServiceOption { return func(c *serviceConfig) { c.ver
 // WithGroup sets the export's service group; default none. Calls that ask
 // for another group are answered as Java answers an unknown service.
 func WithGroup(g string) ServiceOption { return func(c *serviceConfig) { c.group = g } }
+
+// WithIdempotent marks the Go methods goNames as safe to run more than
+// once: a Client retries and hedges their calls as proxy.Idempotent
+// allows. Default none. Service ignores it.
+func WithIdempotent(goNames ...string) ServiceOption {
+	return func(c *serviceConfig) {
+		if c.idempotent == nil {
+			c.idempotent = map[string]bool{}
+		}
+		for _, n := range goNames {
+			c.idempotent[n] = true
+		}
+	}
+}
 
 // WithApplication names the application in the published provider node;
 // default the program's file name.
@@ -173,7 +188,17 @@ type method struct {
 // newMethod returns the Java method of the Go method fn named goName, or
 // nil when fn is not of a served form and no option names it.
 func newMethod(goName string, fn reflect.Value, opts map[string]methodOption) (*method, error) {
-	t := fn.Type()
+	m, err := methodOf(goName, fn.Type(), opts)
+	if m != nil {
+		m.fn = fn
+	}
+	return m, err
+}
+
+// methodOf returns the Java method of a Go method named goName of type t
+// (without its receiver), unbound, or nil when t is not of a served form
+// and no option names it.
+func methodOf(goName string, t reflect.Type, opts map[string]methodOption) (*method, error) {
 	opt, named := opts[goName]
 	if t.NumIn() == 0 || t.In(0) != contextType || t.IsVariadic() ||
 		t.NumOut() == 0 || t.NumOut() > 2 || t.Out(t.NumOut()-1) != errorType {
@@ -182,7 +207,7 @@ func newMethod(goName string, fn reflect.Value, opts map[string]methodOption) (*
 		}
 		return nil, nil
 	}
-	m := &method{goName: goName, java: lowerFirst(goName), fn: fn, result: "void"}
+	m := &method{goName: goName, java: lowerFirst(goName), result: "void"}
 	if named && opt.java != "" {
 		m.java = opt.java
 	}

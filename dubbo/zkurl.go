@@ -170,17 +170,27 @@ type serviceKey struct {
 }
 
 // parseServiceKey splits a service key such as
-// "g1/com.example.Greeter:1.0.0".
+// "g1/com.example.Greeter:1.0.0", or one in Dubbo's colon-separated form
+// interface:version:group (Java's URL.getColonSeparatedKey), such as
+// "com.example.Greeter:1.0.0:g1" or "com.example.Greeter::g1".
 func parseServiceKey(key string) (serviceKey, error) {
 	var k serviceKey
 	rest := key
+	if parts := strings.Split(key, ":"); len(parts) == 3 && !strings.Contains(key, "/") {
+		// The colon form names no '/', so it passes registry.Cache's
+		// check of service names: proxy.Client calls by it.
+		k.iface, k.version, k.group = parts[0], parts[1], parts[2]
+		rest = ""
+	}
 	if g, r, ok := strings.Cut(rest, "/"); ok {
 		k.group, rest = g, r
 	}
 	if i := strings.LastIndexByte(rest, ':'); i >= 0 {
 		rest, k.version = rest[:i], rest[i+1:]
 	}
-	k.iface = rest
+	if k.iface == "" {
+		k.iface = rest
+	}
 	switch {
 	case k.iface == "":
 		return k, fmt.Errorf("%w Dubbo service key %q: no interface; want [group/]interface[:version]", registry.ErrInvalid, key)
@@ -188,6 +198,18 @@ func parseServiceKey(key string) (serviceKey, error) {
 		return k, fmt.Errorf("%w Dubbo service key %q: interface %q is not a Java interface name", registry.ErrInvalid, key, k.iface)
 	}
 	return k, nil
+}
+
+// colonKey returns k in the colon-separated form when it has a group
+// (interface:version:group), else as interface[:version].
+func (k serviceKey) colonKey() string {
+	switch {
+	case k.group != "":
+		return k.iface + ":" + k.version + ":" + k.group
+	case k.version != "":
+		return k.iface + ":" + k.version
+	}
+	return k.iface
 }
 
 // matches reports whether Java's UrlUtils.isMatch would let a consumer of

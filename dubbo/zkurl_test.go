@@ -95,14 +95,20 @@ func TestParseServiceKey(t *testing.T) {
 		{"g/com.x.Greeter", serviceKey{iface: "com.x.Greeter", group: "g"}},
 		{"g/com.x.Greeter:1.0", serviceKey{iface: "com.x.Greeter", group: "g", version: "1.0"}},
 		{"*/com.x.Greeter:*", serviceKey{iface: "com.x.Greeter", group: "*", version: "*"}},
+		{"com.x.Greeter:1.0:g", serviceKey{iface: "com.x.Greeter", group: "g", version: "1.0"}},
+		{"com.x.Greeter::g", serviceKey{iface: "com.x.Greeter", group: "g"}},
 	}
 	for _, tt := range tests {
 		got, err := parseServiceKey(tt.key)
 		if err != nil || got != tt.want {
 			t.Errorf("parseServiceKey(%q) = %+v, %v; want %+v", tt.key, got, err, tt.want)
 		}
+		// The colon form reads back as the same key.
+		if again, err := parseServiceKey(got.colonKey()); err != nil || again != got {
+			t.Errorf("parseServiceKey(%q) = %+v, %v; want %+v", got.colonKey(), again, err, got)
+		}
 	}
-	for _, key := range []string{"", ":1.0", "g/", "g/a/b", "a b"} {
+	for _, key := range []string{"", ":1.0", "g/", "g/a/b", "a b", "::g", ":1.0:g"} {
 		if _, err := parseServiceKey(key); !errors.Is(err, registry.ErrInvalid) {
 			t.Errorf("parseServiceKey(%q) = %v, want ErrInvalid", key, err)
 		}

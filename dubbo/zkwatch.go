@@ -26,8 +26,9 @@ import (
 // Dubbo names. ctx bounds only this call, as RequestTimeout does; the
 // watch lasts until Stop or Close.
 //
-// registry.Cache refuses a service name with '/': through a Cache, only
-// keys without a group can be followed.
+// registry.Cache refuses a service name with '/': through a Cache, a key
+// with a group is followed in Dubbo's colon-separated form,
+// interface:version:group, which Watch reads too.
 func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher, error) {
 	key, err := parseServiceKey(service)
 	if err != nil {

@@ -206,6 +206,12 @@ func (h hedgeOption) apply(c *Call) { c.Hedge = time.Duration(h) }
 // FailFast).
 func Hedge(delay time.Duration) CallOption { return hedgeOption(delay) }
 
+// UseCodec makes the call in c, whatever the client's codec
+// (WithCodec). The codec's id is the request's serialization id, so a
+// codec whose id has a body format of its own (hessian2, id 2, from the
+// dubbo module) makes the request in that format. A nil c is ignored.
+func UseCodec(c codec.Codec) CallOption { return codecOption{c} }
+
 type callOptionsKey struct{}
 
 // WithCallOptions returns a context that applies opts to every call made

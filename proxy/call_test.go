@@ -2,12 +2,18 @@ package proxy_test
 
 import (
 	"context"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	jsoncodec "github.com/dabbrpc/dabb/codec/json"
+	protocodec "github.com/dabbrpc/dabb/codec/proto"
+	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/transport"
+	gproto "google.golang.org/protobuf/proto"
 )
 
 func TestMiddlewareOrderAndAttachments(t *testing.T) {
@@ -70,5 +76,48 @@ func TestMadeKeyBesideAttachments(t *testing.T) {
 	defer s.mu.Unlock()
 	if k := s.attachments[protocol.AttachIdempotencyKey]; k == "" || len(s.attachments) != 1 {
 		t.Errorf("server saw %v, want the made key alone", s.attachments)
+	}
+}
+
+// TestUseCodec makes one call in another codec than the client's: the
+// request goes out in that codec's serialization id and the reply is
+// decoded with it; a nil codec leaves the client's.
+func TestUseCodec(t *testing.T) {
+	var got atomic.Int32
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := transport.NewServer(transport.HandlerFunc(func(_ context.Context, req, resp *protocol.Message) {
+		id := req.Header.Flags().Serialization()
+		got.Store(int32(id))
+		if id == jsoncodec.ID {
+			resp.Payload = append(resp.Payload[:0], `{"sku":"json"}`...)
+			return
+		}
+		b, _ := gproto.Marshal(&pb.StockReply{Sku: "proto"})
+		resp.Payload = append(resp.Payload[:0], b...)
+	}), transport.ServerConfig{Logger: quiet})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	defer func() { srv.Close(); <-done }()
+	c := client(t, []string{l.Addr().String()})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for _, tt := range []struct {
+		opt  proxy.CallOption
+		id   byte
+		want string
+	}{
+		{proxy.UseCodec(jsoncodec.Codec{}), jsoncodec.ID, "json"},
+		{proxy.UseCodec(nil), protocodec.ID, "proto"},
+	} {
+		var reply pb.StockReply
+		if err := c.Invoke(ctx, service, "Stock", &pb.StockRequest{Sku: "s"}, &reply, tt.opt); err != nil {
+			t.Fatal(err)
+		}
+		if byte(got.Load()) != tt.id || reply.Sku != tt.want {
+			t.Errorf("sent in serialization %d, reply %q; want %d and %q", got.Load(), reply.Sku, tt.id, tt.want)
+		}
 	}
 }

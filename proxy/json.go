@@ -55,7 +55,11 @@ func Via(service string) CallOption { return viaOption(service) }
 // codecOption overrides the client's codec for one call.
 type codecOption struct{ c codec.Codec }
 
-func (o codecOption) apply(c *Call) { c.codec = o.c }
+func (o codecOption) apply(c *Call) {
+	if o.c != nil {
+		c.codec = o.c
+	}
+}
 
 // payloadOption sends bytes already encoded: Req is not read.
 type payloadOption []byte

@@ -34,12 +34,28 @@ which the describe call made first carries too); ${NAME} in the value is
 replaced by the environment variable NAME (an unset one is an error), so
 that secrets stay off the command line. Of a key given twice, the last wins:
 
-  dabbctl -H 'authorization=Bearer ${TOKEN}' call inventory.Inventory.Stock '{"sku":"sku-42"}'`,
+  dabbctl -H 'authorization=Bearer ${TOKEN}' call inventory.Inventory.Stock '{"sku":"sku-42"}'
+
+On a Dubbo registry (zookeeper://), SERVICE is a Java interface, and the call
+is Dubbo's generic call ($invoke): a JSON array is the argument list, any
+other JSON value the one argument, an object with a "class" key a POJO of
+that class; no JSON, no argument. The parameter types are -types, else
+inferred (string java.lang.String, integer long, fraction double, bool
+boolean, array java.util.List, object its "class" or java.util.Map). The
+result is printed as JSON (a POJO as an object with its "class"). An
+exception the provider threw prints "CLASS: message" and exits 1:
+
+  dabbctl -registry zookeeper://127.0.0.1:2181 call com.example.Greeter.sayHello '["world"]'
+  dabbctl -registry zookeeper://127.0.0.1:2181 call -types long,int com.example.inventory.InventoryService.deduct '[10086, 1]'`,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		data := fs.String("d", "", "the request `data`: JSON text, @FILE, or @- for standard input")
 		fs.Var(&a.headers, "H", "an attachment `key=value`, repeatable, after the global -H values; ${NAME} in the value expands the environment variable NAME")
 		timeout := fs.Duration("timeout", 0, "the call's budget; default the method's //dabb:timeout, or 1s")
 		addr := fs.String("addr", "", "call the instance at `host:port` instead of those the registry lists")
+		var dubboFlags dubboCallFlags
+		fs.StringVar(&dubboFlags.types, "types", "", "Dubbo: the method's Java parameter `types`, comma-separated (java.lang.String,int); default inferred from the arguments")
+		fs.StringVar(&dubboFlags.group, "group", "", "Dubbo: the service `group`")
+		fs.StringVar(&dubboFlags.version, "version", "", "Dubbo: the service `version`")
 		return func(ctx context.Context, args []string) error {
 			if len(args) == 0 || len(args) > 2 {
 				return usagef("want SERVICE.METHOD and at most one JSON request, got %d arguments", len(args))
@@ -48,7 +64,15 @@ that secrets stay off the command line. Of a key given twice, the last wins:
 			if !ok {
 				return usagef("%q: want SERVICE.METHOD, such as inventory.Inventory.Stock", args[0])
 			}
-			if err := registry.ValidateService(service); err != nil {
+			dubboMode := a.onDubbo()
+			if !dubboMode && (dubboFlags.types != "" || dubboFlags.group != "" || dubboFlags.version != "") {
+				return usagef("-types, -group and -version are for a Dubbo registry (zookeeper://)")
+			}
+			if dubboMode {
+				if err := checkDubboKey(service); err != nil {
+					return err
+				}
+			} else if err := registry.ValidateService(service); err != nil {
 				return usagef("%v", err)
 			}
 			if *timeout < 0 {
@@ -61,6 +85,13 @@ that secrets stay off the command line. Of a key given twice, the last wins:
 			req, err := a.requestBody(literal, *data, fs)
 			if err != nil {
 				return err
+			}
+			if dubboMode {
+				if literal == nil && !flagSet(fs, "d") {
+					req = nil // no arguments
+				}
+				dubboFlags.timeout, dubboFlags.addr = *timeout, *addr
+				return a.dubboCall(ctx, service, method, req, dubboFlags)
 			}
 			return a.call(ctx, service, method, req, *timeout, *addr)
 		}
@@ -82,8 +113,7 @@ func splitMethod(s string) (service, method string, ok bool) {
 
 // requestBody returns the request: the argument, or -d's, or {}.
 func (a *app) requestBody(literal *string, data string, fs *flag.FlagSet) ([]byte, error) {
-	dSet := false
-	fs.Visit(func(f *flag.Flag) { dSet = dSet || f.Name == "d" })
+	dSet := flagSet(fs, "d")
 	var body []byte
 	switch {
 	case literal != nil && dSet:
@@ -139,6 +169,13 @@ func (a *app) call(ctx context.Context, service, method string, req []byte, time
 		return fmt.Errorf("call %s.%s%s: %w", service, method, where, err)
 	}
 	return a.printJSONValue(reply)
+}
+
+// flagSet reports whether the flag name was given.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // headerFlag is -H: attachments, in order.

@@ -7,20 +7,25 @@ go 1.26.0
 
 require (
 	github.com/dabbrpc/dabb v0.0.0-00010101000000-000000000000
+	github.com/dabbrpc/dabb/dubbo v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.12
 )
 
 require (
+	github.com/apache/dubbo-go-hessian2 v1.13.2 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
+	github.com/dubbogo/gost v1.14.4 // indirect
 	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
 	github.com/sony/gobreaker/v2 v2.4.0 // indirect
 	go.etcd.io/etcd/api/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/client/v3 v3.7.3 // indirect
+	go.uber.org/atomic v1.9.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.1 // indirect
 	golang.org/x/net v0.61.0 // indirect
@@ -36,3 +41,5 @@ require (
 // requires the dabb tag instead: `go install module@version` refuses a
 // go.mod with replace directives.
 replace github.com/dabbrpc/dabb => ../..
+
+replace github.com/dabbrpc/dabb/dubbo => ../../dubbo

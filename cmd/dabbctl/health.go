@@ -29,7 +29,9 @@ asked about SERVICE, or about the server as a whole without SERVICE.
 The exit status is 0 when every line says serving, 1 otherwise.
 A dabb server answers a health check without the credentials its calls
 need, unless it was built with dabb.WithHealthCredentials(true): give them
-then with the global -H.`,
+then with the global -H. On a Dubbo registry (zookeeper://), each provider
+is asked with Dubbo's $echo, and SERVICE is a service key,
+[group/]interface[:version].`,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		addr := fs.String("addr", "", "ask the instance at `host:port` instead of those the registry lists")
 		timeout := fs.Duration("timeout", 5*time.Second, "bound on the registry's answers and on each health check")
@@ -43,9 +45,15 @@ then with the global -H.`,
 			service := ""
 			if len(args) == 1 {
 				service = args[0]
-				if err := registry.ValidateService(service); err != nil {
+				if a.onDubbo() {
+					if err := checkDubboKey(service); err != nil {
+						return err
+					}
+				} else if err := registry.ValidateService(service); err != nil {
 					return usagef("%v", err)
 				}
+			} else if a.onDubbo() && *addr != "" {
+				return usagef("-addr on a Dubbo registry needs a SERVICE to ask with $echo")
 			}
 			return a.health(ctx, service, *addr, *timeout)
 		}
@@ -192,6 +200,9 @@ func (c *checker) check(ctx context.Context, in registry.Instance, service strin
 	cl, err := c.client(in)
 	if err != nil {
 		return checkResult{err: err}
+	}
+	if c.a.onDubbo() {
+		return c.echo(ctx, cl, in)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()

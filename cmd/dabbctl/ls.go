@@ -22,7 +22,14 @@ Without SERVICE: one line per service that has instances, with their number.
 With SERVICE: one line per instance, with its address, weight and metadata;
 -health asks each instance whether it is serving SERVICE. With -health the
 exit status is 1 when an instance listed is not serving or does not answer,
-as with 'dabbctl health'.`,
+as with 'dabbctl health'.
+
+On a Dubbo registry (zookeeper://): without SERVICE, one line per Dubbo
+interface, group and version, with its number of providers. SERVICE is an
+interface (its providers of every group and version) or a service key,
+[group/]interface[:version]; one line per provider, with its address,
+weight, group, version, application, release and serialization. -health
+asks each provider with Dubbo's $echo.`,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		withHealth := fs.Bool("health", false, "ask each instance of SERVICE for its health (serving, not serving, unknown)")
 		timeout := fs.Duration("timeout", 5*time.Second, "bound on the registry's answers and, with -health, on each health check")
@@ -34,6 +41,9 @@ as with 'dabbctl health'.`,
 			case 0:
 				if *withHealth {
 					return usagef("-health needs a SERVICE (or use 'dabbctl health')")
+				}
+				if a.onDubbo() {
+					return a.lsDubboServices(ctx, *timeout)
 				}
 				return a.lsServices(ctx, *timeout)
 			case 1:
@@ -131,7 +141,13 @@ func instancesOf(ctx context.Context, r registry.Registry, service string) ([]re
 }
 
 func (a *app) lsInstances(ctx context.Context, service string, withHealth bool, timeout time.Duration) error {
-	if err := registry.ValidateService(service); err != nil {
+	watched := service
+	if a.onDubbo() {
+		if err := checkDubboKey(service); err != nil {
+			return err
+		}
+		watched = dubboWatchKey(service)
+	} else if err := registry.ValidateService(service); err != nil {
 		return usagef("%v", err)
 	}
 	lctx, cancel := context.WithTimeout(ctx, timeout)
@@ -141,7 +157,7 @@ func (a *app) lsInstances(ctx context.Context, service string, withHealth bool, 
 		return err
 	}
 	defer r.Close()
-	set, err := instancesOf(lctx, r, service)
+	set, err := instancesOf(lctx, r, watched)
 	if err != nil {
 		return fmt.Errorf("ls: %w", err)
 	}
@@ -151,7 +167,11 @@ func (a *app) lsInstances(ctx context.Context, service string, withHealth bool, 
 		defer chk.close()
 		results = chk.checkAll(ctx, set, func(registry.Instance) string { return service })
 	}
-	if err := a.printInstances(service, set, withHealth, results); err != nil {
+	print := a.printInstances
+	if a.onDubbo() {
+		print = a.printDubboProviders
+	}
+	if err := print(service, set, withHealth, results); err != nil {
 		return err
 	}
 	bad := 0

@@ -13,6 +13,13 @@
 //	dabbctl call -addr 127.0.0.1:20880 inventory.Inventory.Stock '{"sku":"sku-42"}'
 //	dabbctl health                                  # every service of every instance
 //
+// On a Dubbo registry (zookeeper://), ls lists the Dubbo interfaces and
+// their providers, ls -health asks each with Dubbo's $echo, and call
+// makes Dubbo's generic call:
+//
+//	dabbctl -registry zookeeper://127.0.0.1:2181 ls
+//	dabbctl -registry zookeeper://127.0.0.1:2181 call com.example.Greeter.sayHello '["world"]'
+//
 // It is a module of its own. Install it at the root of a clone of dabb with
 //
 //	go install ./cmd/dabbctl
@@ -25,7 +32,8 @@
 //
 // Global flags come before the command:
 //
-//	-registry URL  the registry (zk://, etcd://, static://); default $DABB_REGISTRY
+//	-registry URL  the registry (zk://, etcd://, static://, or zookeeper:// for
+//	               Dubbo's layout); default $DABB_REGISTRY
 //	-tls           speak TLS to the instances (on when any flag below is given)
 //	-cacert FILE   PEM certificates of the CAs that sign the servers' certificates;
 //	               default the system's
@@ -64,6 +72,7 @@ import (
 	"syscall"
 
 	_ "github.com/dabbrpc/dabb/codec/json" // the built-in services' codec
+	_ "github.com/dabbrpc/dabb/dubbo"      // the zookeeper:// registry, Dubbo's layout
 	"github.com/dabbrpc/dabb/proxy"
 	"github.com/dabbrpc/dabb/registry"
 	_ "github.com/dabbrpc/dabb/registry/etcd"
@@ -137,7 +146,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	global := flag.NewFlagSet("dabbctl", flag.ContinueOnError)
 	global.SetOutput(io.Discard)
-	global.StringVar(&a.registryURL, "registry", os.Getenv(registryEnv), "registry `URL` (zk://, etcd://, static://); default $"+registryEnv)
+	global.StringVar(&a.registryURL, "registry", os.Getenv(registryEnv), "registry `URL` (zk://, etcd://, static://, zookeeper:// for Dubbo's layout); default $"+registryEnv)
 	useTLS := global.Bool("tls", false, "speak TLS to the instances (on when -cacert, -cert or -servername is given)")
 	cacert := global.String("cacert", "", "PEM `file` of the CA certificates that sign the servers' certificates; default the system's")
 	cert := global.String("cert", "", "PEM `file` of the client certificate, for mTLS (with -key)")
@@ -206,6 +215,9 @@ func (a *app) runCommand(ctx context.Context, cmd *command, args []string) int {
 	case errors.As(err, &ue) || isFlagError(err):
 		fmt.Fprintf(a.stderr, "dabbctl %s: %s\nrun 'dabbctl %s -h' for usage\n", cmd.name, oneLine(err), cmd.name)
 		return exitUsage
+	case errors.As(err, new(*thrownError)):
+		fmt.Fprintln(a.stderr, oneLine(err)) // CLASS: message, as Java prints it
+		return exitFail
 	default:
 		fmt.Fprintf(a.stderr, "dabbctl: %s\n", oneLine(err))
 		return exitFail

@@ -23,20 +23,28 @@ The first lines list the instances there are now ("listed"); then each change
 prints one line: "join", "leave", or "update" (same instance, new address,
 weight or metadata). When the registry cannot be reached, an "unavailable"
 line says so; the changes missed meanwhile follow once it answers again.
-Interrupt (Ctrl-C) to stop; the exit status is then 0.`,
+Interrupt (Ctrl-C) to stop; the exit status is then 0. On a Dubbo registry
+(zookeeper://), SERVICE is an interface (its providers of every group and
+version) or a service key, [group/]interface[:version].`,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		timeout := fs.Duration("timeout", 5*time.Second, "bound on the registry's first answer")
 		return func(ctx context.Context, args []string) error {
 			if len(args) != 1 {
 				return usagef("want one SERVICE, got %d arguments", len(args))
 			}
-			if err := registry.ValidateService(args[0]); err != nil {
+			service := args[0]
+			if a.onDubbo() {
+				if err := checkDubboKey(service); err != nil {
+					return err
+				}
+				service = dubboWatchKey(service)
+			} else if err := registry.ValidateService(service); err != nil {
 				return usagef("%v", err)
 			}
 			if *timeout <= 0 {
 				return usagef("-timeout %v: want a positive duration", *timeout)
 			}
-			return a.watch(ctx, args[0], *timeout)
+			return a.watch(ctx, service, *timeout)
 		}
 	},
 }
