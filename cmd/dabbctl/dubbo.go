@@ -120,38 +120,22 @@ func toDubboProvider(in registry.Instance) dubboProvider {
 // printDubboProviders prints the providers of service, with withHealth
 // the answers to $echo: results, in the order of set.
 func (a *app) printDubboProviders(service string, set []registry.Instance, withHealth bool, results []checkResult) error {
-	if a.json {
-		for i, in := range set {
+	return a.printList(service, set, withHealth, results, listForm{
+		noun:   "providers",
+		header: "ADDRESS\tWEIGHT\tGROUP\tVERSION\tAPPLICATION\tRELEASE\tSERIALIZATION",
+		row: func(in registry.Instance) string {
+			p := toDubboProvider(in)
+			return fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s", p.Addr, p.Weight, dash(p.Group), dash(p.Version),
+				dash(p.Application), dash(p.Release), dash(p.Serialization))
+		},
+		line: func(in registry.Instance, r *checkResult) any {
 			line := toDubboProvider(in)
-			if withHealth {
-				line.Health, line.Error = results[i].text()
+			if r != nil {
+				line.Health, line.Error = r.text()
 			}
-			if err := writeJSON(a.stdout, line); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if len(set) == 0 {
-		fmt.Fprintf(a.stderr, "no providers of %s in the registry\n", service)
-		return nil
-	}
-	tw := newTable(a.stdout)
-	header := "ADDRESS\tWEIGHT\tGROUP\tVERSION\tAPPLICATION\tRELEASE\tSERIALIZATION"
-	if withHealth {
-		header += "\tHEALTH"
-	}
-	fmt.Fprintln(tw, header)
-	for i, in := range set {
-		p := toDubboProvider(in)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s", p.Addr, p.Weight, dash(p.Group), dash(p.Version),
-			dash(p.Application), dash(p.Release), dash(p.Serialization))
-		if withHealth {
-			fmt.Fprintf(tw, "\t%s", results[i].tableText())
-		}
-		fmt.Fprintln(tw)
-	}
-	return tw.Flush()
+			return line
+		},
+	})
 }
 
 // echoKey is the service key of a provider's instance: its interface,

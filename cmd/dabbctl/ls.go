@@ -189,30 +189,59 @@ func (a *app) lsInstances(ctx context.Context, service string, withHealth bool, 
 // printInstances prints the instances of service, with withHealth their
 // health: results, in the order of set.
 func (a *app) printInstances(service string, set []registry.Instance, withHealth bool, results []checkResult) error {
+	return a.printList(service, set, withHealth, results, listForm{
+		noun:   "instances",
+		header: "ADDRESS\tWEIGHT\tMETADATA",
+		row: func(in registry.Instance) string {
+			return fmt.Sprintf("%s\t%d\t%s", in.Addr, in.EffectiveWeight(), metadataText(in.Metadata))
+		},
+		line: func(in registry.Instance, r *checkResult) any {
+			line := toJSON(in)
+			if r != nil {
+				line.Health, line.Error = r.text()
+			}
+			return line
+		},
+	})
+}
+
+// listForm is how ls prints one kind of instance: a table row and a JSON
+// line each.
+type listForm struct {
+	noun   string // "instances", "providers": the word of the empty list's line
+	header string // the table's columns, before HEALTH
+	row    func(in registry.Instance) string
+	// line is the JSON line of in; r is its health check, or nil.
+	line func(in registry.Instance, r *checkResult) any
+}
+
+// printList prints set as f says, with withHealth the checks' results,
+// in the order of set.
+func (a *app) printList(service string, set []registry.Instance, withHealth bool, results []checkResult, f listForm) error {
 	if a.json {
 		for i, in := range set {
-			line := toJSON(in)
+			var r *checkResult
 			if withHealth {
-				line.Health, line.Error = results[i].text()
+				r = &results[i]
 			}
-			if err := writeJSON(a.stdout, line); err != nil {
+			if err := writeJSON(a.stdout, f.line(in, r)); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	if len(set) == 0 {
-		fmt.Fprintf(a.stderr, "no instances of %s in the registry\n", service)
+		fmt.Fprintf(a.stderr, "no %s of %s in the registry\n", f.noun, service)
 		return nil
 	}
 	tw := newTable(a.stdout)
-	header := "ADDRESS\tWEIGHT\tMETADATA"
+	header := f.header
 	if withHealth {
 		header += "\tHEALTH"
 	}
 	fmt.Fprintln(tw, header)
 	for i, in := range set {
-		fmt.Fprintf(tw, "%s\t%d\t%s", in.Addr, in.EffectiveWeight(), metadataText(in.Metadata))
+		fmt.Fprint(tw, f.row(in))
 		if withHealth {
 			fmt.Fprintf(tw, "\t%s", results[i].tableText())
 		}
