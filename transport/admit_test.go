@@ -180,6 +180,20 @@ func TestMaxConnsEvictionOrder(t *testing.T) {
 	p1, p2, p3 := newPool(t, Config{ConnsPerAddr: 1}), newPool(t, Config{ConnsPerAddr: 1}), newPool(t, Config{ConnsPerAddr: 1})
 	ran(p1)
 	ran(p2)
+	// The server counts a call done after it wrote the answer: wait
+	// until it counts called, p1 and p2 idle, or p3 may find one of them
+	// still in flight.
+	eventually(t, "called, p1 and p2 idle on the server", func() bool {
+		bs.srv.mu.Lock()
+		defer bs.srv.mu.Unlock()
+		idle := 0
+		for sc := range bs.srv.conns {
+			if sc.inflight.Load() == 0 && sc.idleSince.Load() != 0 {
+				idle++
+			}
+		}
+		return idle == 3
+	})
 	opened = obs.opened.Load()
 	ran(p3)
 	ran(p1)
@@ -187,6 +201,9 @@ func TestMaxConnsEvictionOrder(t *testing.T) {
 	if n := obs.opened.Load() - opened; n != 1 {
 		t.Errorf("p3 and a call each on p1 and p2 opened %d connections, want 1 (p3's)", n)
 	}
+	// p3 took called's place: wait until called's pool has seen the close,
+	// or its next call may cross it.
+	waitNoConns(t, called, "called's pool to see its connection closed for p3")
 	ran(called)
 	if n := obs.opened.Load() - opened; n != 2 {
 		t.Errorf("the connection idle longest was not the one closed for p3: a call on it opened %d connections in all, want 2", n)
