@@ -46,16 +46,9 @@ type dubboService struct {
 // lsDubboServices lists the Dubbo interfaces, each group and version on
 // a line of its own, with their number of providers.
 func (a *app) lsDubboServices(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	r, err := a.openRegistry(ctx)
+	counts, err := a.serviceCounts(ctx, timeout)
 	if err != nil {
 		return err
-	}
-	defer r.Close()
-	counts, err := countInstances(ctx, r)
-	if err != nil {
-		return fmt.Errorf("ls: %w", err)
 	}
 	lines := make([]dubboService, 0, len(counts))
 	for _, c := range counts {

@@ -61,16 +61,9 @@ type serviceCount struct {
 }
 
 func (a *app) lsServices(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	r, err := a.openRegistry(ctx)
+	counts, err := a.serviceCounts(ctx, timeout)
 	if err != nil {
 		return err
-	}
-	defer r.Close()
-	counts, err := countInstances(ctx, r)
-	if err != nil {
-		return fmt.Errorf("ls: %w", err)
 	}
 	if a.json {
 		for _, c := range counts {
@@ -99,6 +92,23 @@ func listServices(ctx context.Context, r registry.Registry) ([]string, error) {
 		return nil, fmt.Errorf("list services: %w", err)
 	}
 	return services, nil
+}
+
+// serviceCounts opens the registry and returns each service it holds
+// with its number of instances, within timeout.
+func (a *app) serviceCounts(ctx context.Context, timeout time.Duration) ([]serviceCount, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, err := a.openRegistry(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	counts, err := countInstances(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("ls: %w", err)
+	}
+	return counts, nil
 }
 
 // countInstances returns each service r holds with its number of
