@@ -317,11 +317,7 @@ func TestClientOverride(t *testing.T) {
 		return calls(pa.Addr()) > 0 && calls(pb.Addr()) > 0
 	})
 
-	conn, _, err := zk.Connect([]string{srv.Addr()}, 4*time.Second, zk.WithLogger(quietZK{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := zktest.Client(t, srv.Addr())
 	node := "/dubbo/" + greeterInterface + "/configurators"
 	if _, err := conn.Create(node, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 		t.Fatal(err)

@@ -177,17 +177,6 @@ func providerOf(children []string, addr string) string {
 	return ""
 }
 
-// connectZK connects a ZooKeeper client to srv, closed when the test ends.
-func connectZK(t *testing.T, srv *zktest.Server) *zk.Conn {
-	t.Helper()
-	conn, _, err := zk.Connect([]string{srv.Addr()}, 4*time.Second, zk.WithLogger(quietZK{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	return conn
-}
-
 // TestDemoDubbogoConsumer proves that the demo joins a Dubbo estate: it
 // publishes com.example.inventory.InventoryService with exactly deduct,
 // deductOnce and stock in Dubbo's layout, and a dubbo-go v3.3.1 consumer
@@ -199,7 +188,7 @@ func TestDemoDubbogoConsumer(t *testing.T) {
 	bin := buildDemo(t)
 	dubbogotest.Binary(t) // built before the clock of any wait starts
 	srv := zktest.Start(t)
-	conn := connectZK(t, srv)
+	conn := zktest.Client(t, srv.Addr())
 	d, node := startDemo(t, bin, srv.Addr(), conn)
 
 	raw, err := url.QueryUnescape(node)
@@ -289,7 +278,7 @@ func TestDemoKill9UnderDubbogoLoad(t *testing.T) {
 	bin := buildDemo(t)
 	dubbogotest.Binary(t)
 	srv := zktest.Start(t)
-	conn := connectZK(t, srv)
+	conn := zktest.Client(t, srv.Addr())
 	victim, victimNode := startDemo(t, bin, srv.Addr(), conn)
 	survivor, _ := startDemo(t, bin, srv.Addr(), conn)
 

@@ -16,11 +16,6 @@ import (
 
 const inventoryInterface = "com.example.inventory.InventoryService"
 
-// quietZK drops the ZooKeeper client's log lines.
-type quietZK struct{}
-
-func (quietZK) Printf(string, ...any) {}
-
 // providerURLs returns the decoded URLs under /dubbo/{iface}/providers.
 func providerURLs(t *testing.T, conn *zk.Conn, iface string) []string {
 	t.Helper()
@@ -50,11 +45,7 @@ func TestDubbogoPeer(t *testing.T) {
 	srv := zktest.Shared(t)
 	p := dubbogotest.StartProvider(t, dubbogotest.ProviderConfig{ZooKeeper: srv.Addr()})
 
-	conn, _, err := zk.Connect([]string{srv.Addr()}, 4*time.Second, zk.WithLogger(quietZK{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := zktest.Client(t, srv.Addr())
 	urls := providerURLs(t, conn, inventoryInterface)
 	if len(urls) != 1 {
 		t.Fatalf("providers of %s = %q, want one", inventoryInterface, urls)

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	hessian "github.com/apache/dubbo-go-hessian2"
-	"github.com/go-zookeeper/zk"
 
 	"github.com/dabbrpc/dabb/dubbo"
 	"github.com/dabbrpc/dabb/dubbo/internal/dubbogotest"
@@ -57,11 +56,7 @@ func newDubboClient(t *testing.T, zkAddr string, opts ...proxy.Option) *proxy.Cl
 func stopProvider(t *testing.T, zkAddr string, p *dubbogotest.Provider) {
 	t.Helper()
 	p.Stop()
-	conn, _, err := zk.Connect([]string{zkAddr}, 4*time.Second, zk.WithLogger(quietZK{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := zktest.Client(t, zkAddr)
 	wait.Until(t, 30*time.Second, 100*time.Millisecond, "the nodes of the provider at "+p.Addr()+" to go", func() bool {
 		for _, iface := range []string{inventoryInterface, greeterInterface} {
 			for _, u := range providerURLs(t, conn, iface) {

@@ -37,34 +37,9 @@ func newTestRegistry(t *testing.T, rawURL string) *Registry {
 	return r.(*Registry)
 }
 
-type quietLogger struct{}
-
-func (quietLogger) Printf(string, ...any) {}
-
 // rawConn opens a plain client session to look at the tree and to write
 // nodes as a Java provider would, closed when the test ends.
-func rawConn(t *testing.T, addr string) *gozk.Conn {
-	t.Helper()
-	conn, events, err := gozk.Connect([]string{addr}, 4*time.Second, gozk.WithLogger(quietLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		for range events {
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for conn.State() != gozk.StateHasSession {
-		select {
-		case <-events:
-		case <-ctx.Done():
-			t.Fatalf("raw client: no session with %s (state %v)", addr, conn.State())
-		}
-	}
-	return conn
-}
+func rawConn(t *testing.T, addr string) *gozk.Conn { return zktest.Client(t, addr) }
 
 // ifaceFor returns a Java interface name of the test's own.
 func ifaceFor(t *testing.T) string {

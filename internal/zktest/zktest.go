@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/dabbrpc/dabb/internal/proctest"
+	"github.com/go-zookeeper/zk"
 )
 
 const (
@@ -333,3 +334,35 @@ func (s *Server) destroy() {
 	s.Kill()
 	os.RemoveAll(s.dir)
 }
+
+// Client connects a plain ZooKeeper client to addr, for a test to read the
+// tree or write nodes of its own. It returns once the session is
+// established, or ends the test after 5 s. The client is closed, and its
+// goroutines finished, when the test ends.
+func Client(t testing.TB, addr string) *zk.Conn {
+	t.Helper()
+	conn, events, err := zk.Connect([]string{addr}, 4*time.Second, zk.WithLogger(quietLog{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		for range events {
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for conn.State() != zk.StateHasSession {
+		select {
+		case <-events:
+		case <-ctx.Done():
+			t.Fatalf("zktest: no session with %s (state %v)", addr, conn.State())
+		}
+	}
+	return conn
+}
+
+// quietLog drops the ZooKeeper client's log lines.
+type quietLog struct{}
+
+func (quietLog) Printf(string, ...any) {}

@@ -57,34 +57,9 @@ func shared(t *testing.T) *Registry {
 	return newRegistry(t, Config{Servers: []string{zktest.Shared(t).Addr()}})
 }
 
-type quietLogger struct{}
-
-func (quietLogger) Printf(string, ...any) {}
-
 // rawConn opens a plain client session to look at the tree, closed (and
 // its goroutines finished) when the test ends.
-func rawConn(t *testing.T, addr string) *zk.Conn {
-	t.Helper()
-	conn, events, err := zk.Connect([]string{addr}, 4*time.Second, zk.WithLogger(quietLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		for range events {
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for conn.State() != zk.StateHasSession {
-		select {
-		case <-events:
-		case <-ctx.Done():
-			t.Fatalf("raw client: no session with %s (state %v)", addr, conn.State())
-		}
-	}
-	return conn
-}
+func rawConn(t *testing.T, addr string) *zk.Conn { return zktest.Client(t, addr) }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
