@@ -72,6 +72,15 @@ type serverConn struct {
 	// connection, so a cancel never reaches another connection's call.
 	callsMu sync.Mutex
 	running map[uint64]*serverCall
+
+	// The fields below are guarded by the server's inlineWatch.mu.
+	// inlineAt is the connection's place in its running list, or -1.
+	inlineAt int
+	// inlineRun counts the calls the reader ran; inlineSeen is the count
+	// at the watch's last look.
+	inlineRun, inlineSeen uint64
+	// inlineState is the reader's, handed on with the reading.
+	inlineState *readState
 }
 
 // newServerConn wraps an accepted connection, in TLS when the server has a
@@ -195,12 +204,12 @@ func sameArray(a, b []byte) bool {
 	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
 }
 
-// serve is the connection's reader goroutine.
+// serve is the connection's first reader goroutine.
 func (sc *serverConn) serve() {
 	s := sc.s
-	defer s.wg.Done()
-	defer sc.close()
 	if tc, ok := sc.nc.(*tls.Conn); ok && !sc.handshake(tc) {
+		sc.close()
+		s.wg.Done()
 		return
 	}
 	sc.start = time.Now()
@@ -214,30 +223,63 @@ func (sc *serverConn) serve() {
 	if sc.drained {
 		sc.announce()
 	}
-	src := sc.live.source(sc.nc)
-	br := newReader(src)
+	st := &readState{first: true}
+	st.src = sc.live.source(sc.nc)
+	st.br = newReader(st.src)
+	st.idle = newIdleReader(sc.nc)
+	st.rd = protocol.NewReader(st.br, s.cfg.MaxBody)
+	st.rd.SetBudget(connBudget{sc})
+	st.rd.SetSerializations(s.cfg.Serializations)
+	sc.read(st)
+}
+
+// readState is what the connection's reader holds. It passes whole to the
+// goroutine that takes the reading over (inline.go).
+type readState struct {
+	src   io.Reader
+	br    *bufio.Reader
+	idle  idleReader
+	rd    *protocol.Reader
+	first bool // no frame read yet
+	valid bool // a valid frame was read
+}
+
+// read reads and dispatches frames until the connection fails, or until
+// it hands the reading to another goroutine while it runs a handler. The
+// goroutine that ends the reading closes the connection.
+func (sc *serverConn) read(st *readState) {
+	s := sc.s
+	handed, inline := false, false
 	defer func() {
-		if br.Buffered() == 0 {
-			freeReader(br)
+		if inline {
+			// The handler ended this goroutine (runtime.Goexit) while it
+			// ran inline. Reading goes on elsewhere.
+			handed = true
+			if s.inline.leave(sc) {
+				sc.resume(st)
+			}
 		}
+		if !handed {
+			if st.br.Buffered() == 0 {
+				freeReader(st.br)
+			}
+			sc.close()
+		}
+		s.wg.Done()
 	}()
-	idle := newIdleReader(sc.nc)
-	rd := protocol.NewReader(br, s.cfg.MaxBody)
-	rd.SetBudget(connBudget{sc})
-	rd.SetSerializations(s.cfg.Serializations)
-	valid := false
-	for first := true; ; first = false {
+	br, rd := st.br, st.rd
+	for ; ; st.first = false {
 		call := serverCallPool.Get().(*serverCall)
 		sc.watch.waiting(br.Buffered() > 0, sc.live.reads.Load())
 		if br.Buffered() == 0 && s.nconns.Load() > lendFrom {
-			idle.wait(br, src)
+			st.idle.wait(br, st.src)
 		}
 		err := rd.Read(&call.req)
 		if err == nil || errors.Is(err, protocol.ErrMalformed) {
 			sc.watch.frames.Add(1)
 		}
 		if err != nil {
-			if first && s.cfg.TLS == nil && errors.Is(err, protocol.ErrBadMagic) && tlsRecord(call.req.Header[:]) {
+			if st.first && s.cfg.TLS == nil && errors.Is(err, protocol.ErrBadMagic) && tlsRecord(call.req.Header[:]) {
 				putServerCall(call)
 				sc.answerTLSClient()
 				return
@@ -267,8 +309,8 @@ func (sc *serverConn) serve() {
 			sc.logReadError(err)
 			return
 		}
-		if !valid {
-			valid = true
+		if !st.valid {
+			st.valid = true
 			sc.watch.valid.Store(true)
 		}
 		req := &call.req
@@ -285,7 +327,19 @@ func (sc *serverConn) serve() {
 		case !f.IsRequest():
 			putServerCall(call) // a stray response: nothing waits for it
 		default:
-			sc.dispatch(call)
+			if !sc.dispatch(call, br.Buffered() == 0) {
+				continue
+			}
+			// Alone on its connection: the call runs here, with no
+			// hand-off to a worker (inline.go).
+			inline = true
+			s.inline.enter(s, sc, st)
+			call.run()
+			inline = false
+			if !s.inline.leave(sc) {
+				handed = true
+				return
+			}
 		}
 	}
 }
@@ -329,14 +383,17 @@ func (sc *serverConn) logReadError(err error) {
 }
 
 // dispatch hands one request to a worker, or answers it at once when it
-// cannot run.
-func (sc *serverConn) dispatch(call *serverCall) {
+// cannot run. It reports true, having handed it to no one, when the reader
+// should run the call itself: nothing else of the connection is in flight
+// and, with drained, no other frame waits in the read buffer.
+func (sc *serverConn) dispatch(call *serverCall, drained bool) (inline bool) {
 	s := sc.s
-	if sc.inflight.Add(1) < 0 {
+	n := sc.inflight.Add(1)
+	if n < 0 {
 		// evict chose this connection and is closing it. Like a request
 		// that arrives after the close, this one is not run.
 		putServerCall(call)
-		return
+		return false
 	}
 	req := &call.req
 	twoWay := req.Header.Flags().IsTwoWay()
@@ -370,7 +427,7 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		}
 		sc.callDone()
 		putServerCall(call)
-		return
+		return false
 	}
 	call.sc = sc
 	if twoWay || req.Timeout > 0 {
@@ -387,7 +444,11 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		sc.running[req.Header.ID()] = call
 		sc.callsMu.Unlock()
 	}
+	if n == 1 && drained && !s.cfg.noInline {
+		return true
+	}
 	s.workers.handOff(call)
+	return false
 }
 
 // announce sends the read-only event on this connection, once.
