@@ -56,7 +56,7 @@ type clientConn struct {
 
 func newClientConn(ep *endpoint, nc net.Conn) *clientConn {
 	c := &clientConn{ep: ep, nc: nc, pending: make(map[uint64]*call)}
-	c.tok.init(nc, ep.p.cfg.TLS == nil)
+	c.tok.init()
 	c.w.init(nc, c.writeFailed)
 	return c
 }

@@ -5,7 +5,6 @@ package transport
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"time"
 
@@ -31,20 +30,14 @@ const (
 // connection's mu, except timer, the reader goroutine's own.
 type readToken struct {
 	holder tokenHolder
-	// fast says callers may take the token: not over TLS, whose reads do
-	// not survive the deadlines a caller's budget sets.
-	fast bool
-	gen  uint64        // grants to callers so far
-	seen uint64        // gen at the reader's last look
-	wake chan struct{} // capacity 1: something changed for the reader
+	gen    uint64        // grants to callers so far
+	seen   uint64        // gen at the reader's last look
+	wake   chan struct{} // capacity 1: something changed for the reader
 	// timer times the reader's looks at a parked token.
 	timer *time.Timer
 }
 
-func (t *readToken) init(_ net.Conn, fast bool) {
-	t.fast = fast
-	t.wake = make(chan struct{}, 1)
-}
+func (t *readToken) init() { t.wake = make(chan struct{}, 1) }
 
 // wakeReader tells the reader goroutine to look at the token.
 func (t *readToken) wakeReader() {
@@ -103,7 +96,7 @@ func (c *clientConn) toReader() {
 func (c *clientConn) park() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.tok.fast || len(c.pending) != 0 || c.load() != connOpen {
+	if len(c.pending) != 0 || c.load() != connOpen {
 		return false
 	}
 	c.tok.holder = tokParked

@@ -261,3 +261,32 @@ func TestParkedConnectionSeesClose(t *testing.T) {
 		t.Errorf("closed with %v, want EOF", err)
 	}
 }
+
+// Over TLS too, a caller reads its own answer, and one that gives up at
+// its budget leaves the connection readable: the calls after it work.
+func TestOwnReadOverTLS(t *testing.T) {
+	k := newPKI(t)
+	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		if string(req.Payload) == "slow" {
+			<-ctx.Done()
+			return
+		}
+		echo(ctx, req, resp)
+	}), ServerConfig{TLS: k.serverTLS(k.server)})
+	p := newPool(t, Config{TLS: k.clientTLS(k.client), ConnsPerAddr: 1})
+	p.Release(call1(t, testCtx(t), p, ts.addr, newRequest("warm")))
+	for i := range 3 {
+		req := newRequest("slow")
+		req.Timeout = 50 * time.Millisecond
+		_, err := p.RoundTrip(testCtx(t), ts.addr, req)
+		wantStatus(t, err, protocol.StatusServerTimeout, false, false)
+		resp := call1(t, testCtx(t), p, ts.addr, newRequest("after"))
+		if string(resp.Payload) != "after" {
+			t.Fatalf("round %d: the call after the timeout got %q", i, resp.Payload)
+		}
+		p.Release(resp)
+	}
+	if got := grants(clientConnTo(t, p, ts.addr)); got < 4 {
+		t.Fatalf("%d calls read their own answer over TLS, want 4 at least", got)
+	}
+}
