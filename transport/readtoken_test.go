@@ -28,6 +28,16 @@ func grants(c *clientConn) uint64 {
 	return c.tok.gen
 }
 
+// waitParked waits until c's read token is parked: the next call takes it.
+func waitParked(t *testing.T, c *clientConn) {
+	t.Helper()
+	eventually(t, "the read token to be parked", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.tok.holder == tokParked
+	})
+}
+
 func call1(t *testing.T, ctx context.Context, p *Pool, addr string, req *protocol.Message) *protocol.Message {
 	t.Helper()
 	resp, err := p.RoundTrip(ctx, addr, req)
@@ -42,14 +52,19 @@ func call1(t *testing.T, ctx context.Context, p *Pool, addr string, req *protoco
 func TestCallerReadsOwnAnswer(t *testing.T) {
 	ts := startServer(t, echo, ServerConfig{})
 	p := newPool(t, Config{ConnsPerAddr: 1})
-	const calls = 50
+	// The first call waits for the reader goroutine, which parks the token
+	// once the call has its answer.
+	p.Release(call1(t, testCtx(t), p, ts.addr, newRequest("x")))
+	waitParked(t, clientConnTo(t, p, ts.addr))
+	const calls = 100
 	for range calls {
 		p.Release(call1(t, testCtx(t), p, ts.addr, newRequest("x")))
 	}
-	// The first call waits for the reader goroutine, which parks the token
-	// once the call has its answer. A stray reclaim may take one more.
-	if got := grants(clientConnTo(t, p, ts.addr)); got < calls-2 {
-		t.Fatalf("%d of %d sequential calls read their own answer, want %d at least", got, calls, calls-2)
+	// Each call parks the token again for the next. The reader takes it
+	// back after a quiet period, which a loaded machine may leave between
+	// two calls; the call after that waits for the reader.
+	if got := grants(clientConnTo(t, p, ts.addr)); got < calls*3/4 {
+		t.Fatalf("%d of %d sequential calls read their own answer, want %d at least", got, calls, calls*3/4)
 	}
 }
 
@@ -83,12 +98,7 @@ func TestOwnReadDeadlineMidFrame(t *testing.T) {
 	if err := waitFor(t, results, "the first call"); err != nil {
 		t.Fatalf("first call: %v", err)
 	}
-	eventually(t, "the token to be parked", func() bool {
-		cc := clientConnTo(t, p, addr)
-		cc.mu.Lock()
-		defer cc.mu.Unlock()
-		return cc.tok.holder == tokParked
-	})
+	waitParked(t, clientConnTo(t, p, addr))
 
 	roundTrip("second", 300*time.Millisecond)
 	req = nextFrame(t, frames, "the second request")
@@ -136,6 +146,7 @@ func TestOwnReadCancelled(t *testing.T) {
 	}), ServerConfig{})
 	p := newPool(t, Config{ConnsPerAddr: 1})
 	p.Release(call1(t, testCtx(t), p, ts.addr, newRequest("warm")))
+	waitParked(t, clientConnTo(t, p, ts.addr))
 	before := grants(clientConnTo(t, p, ts.addr))
 	ctx, cancel := context.WithCancel(testCtx(t))
 	go func() {
@@ -174,6 +185,7 @@ func TestOwnReaderDeliversOthers(t *testing.T) {
 	}), ServerConfig{})
 	p := newPool(t, Config{ConnsPerAddr: 1})
 	p.Release(call1(t, testCtx(t), p, ts.addr, newRequest("warm")))
+	waitParked(t, clientConnTo(t, p, ts.addr))
 	slow := make(chan error, 1)
 	go func() {
 		resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("slow"))
@@ -246,11 +258,7 @@ func TestParkedConnectionSeesClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc := clientConnTo(t, p, addr)
-	eventually(t, "the token to be parked", func() bool {
-		cc.mu.Lock()
-		defer cc.mu.Unlock()
-		return cc.tok.holder == tokParked
-	})
+	waitParked(t, cc)
 	closed := time.Now()
 	_ = c.Close()
 	eventually(t, "the pool to see the close", cc.isClosed)
@@ -275,18 +283,21 @@ func TestOwnReadOverTLS(t *testing.T) {
 	}), ServerConfig{TLS: k.serverTLS(k.server)})
 	p := newPool(t, Config{TLS: k.clientTLS(k.client), ConnsPerAddr: 1})
 	p.Release(call1(t, testCtx(t), p, ts.addr, newRequest("warm")))
+	cc := clientConnTo(t, p, ts.addr)
 	for i := range 3 {
+		waitParked(t, cc)
+		before := grants(cc)
 		req := newRequest("slow")
 		req.Timeout = 50 * time.Millisecond
 		_, err := p.RoundTrip(testCtx(t), ts.addr, req)
 		wantStatus(t, err, protocol.StatusServerTimeout, false, false)
+		if grants(cc) == before {
+			t.Fatalf("round %d: the call that timed out did not read its own answer", i)
+		}
 		resp := call1(t, testCtx(t), p, ts.addr, newRequest("after"))
 		if string(resp.Payload) != "after" {
 			t.Fatalf("round %d: the call after the timeout got %q", i, resp.Payload)
 		}
 		p.Release(resp)
-	}
-	if got := grants(clientConnTo(t, p, ts.addr)); got < 4 {
-		t.Fatalf("%d calls read their own answer over TLS, want 4 at least", got)
 	}
 }
