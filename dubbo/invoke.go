@@ -1,5 +1,6 @@
 // Invoke: Dubbo's generic call ($invoke) from Go without a stub, through a
-// proxy.Client, with the parameter types given or inferred.
+// proxy.Client, with the parameter types given, read from the provider's
+// service definition, or inferred.
 
 package dubbo
 

@@ -1,5 +1,5 @@
-// Dubbo's metadata report in ZooKeeper: reading a provider's service
-// definition for the parameter types of a generic call, and writing one.
+// Dubbo's metadata report in ZooKeeper: a provider's service definition,
+// read for the parameter types of a generic call.
 
 package dubbo
 
