@@ -72,7 +72,9 @@ type RegistryConfig struct {
 // {Root}/{interface}/providers/{URL-encoded dubbo:// URL}, under persistent
 // parents. The nodes of one interface are kept by a zk.Registry of their
 // own, with its own session: it re-creates them after a session expiry
-// and deletes them at Close.
+// and deletes them at Close. An export that sets MetaSignatures also gets
+// its service definition written in Dubbo's metadata report, a persistent
+// node (metadatawrite.go).
 type Registry struct {
 	cfg RegistryConfig
 	log *slog.Logger
