@@ -120,7 +120,7 @@ func (cl *Client) Call(ctx context.Context, goName string, args []any, reply any
 	var resp Response
 	req := &Args{Types: m.desc, Values: vals}
 	if err := cl.c.Invoke(ctx, cl.key.iface, m.java, req, &resp, append(all, opts...)...); err != nil {
-		return invokeError(err, cl.key.iface, m.java, m.types, false)
+		return invokeError(err, cl.key.iface, m.java, m.types, typesGiven)
 	}
 	if reply == nil {
 		return nil
