@@ -24,6 +24,9 @@ type goldenCase struct {
 	// protobuf: the messages include protobuf messages, which the
 	// stand-in runtime of TestCompileShapes cannot build.
 	protobuf bool
+	// dubbo: the case imports the dubbo module, which the stand-in
+	// runtime of TestCompileShapes does not hold.
+	dubbo bool
 }
 
 var goldenCases = []goldenCase{
@@ -34,6 +37,7 @@ var goldenCases = []goldenCase{
 	{name: "embedded", types: []string{"Admin"}},
 	{name: "multi", types: []string{"Cars", "Trucks"}, output: "fleet_dabb.go"},
 	{name: "codecs", types: []string{"Stock", "Ledger"}, output: "codecs_dabb.go", protobuf: true},
+	{name: "dubbo", types: []string{"Shop"}, dubbo: true},
 }
 
 // TestGolden compares the generated code with testdata/<case>/<file>.golden.
@@ -253,10 +257,10 @@ func TestFormatSourceError(t *testing.T) {
 // skipped while the runtime packages do not build.
 func TestCompile(t *testing.T) {
 	goCmd := goTool(t)
-	out, err := exec.Command(goCmd, "build", dabbPath, proxyPath, protoCodecPath, jsonCodecPath).CombinedOutput()
+	out, err := exec.Command(goCmd, "build", dabbPath, proxyPath, protoCodecPath, jsonCodecPath, dubboPath).CombinedOutput()
 	if err != nil {
-		t.Skipf("skipping: the dabb runtime (%s, %s, %s, %s) does not build yet, so generated code cannot be compiled against it; TestCompileShapes still checks it against the documented API:\n%s",
-			dabbPath, proxyPath, protoCodecPath, jsonCodecPath, out)
+		t.Skipf("skipping: the dabb runtime (%s, %s, %s, %s, %s) does not build yet, so generated code cannot be compiled against it; TestCompileShapes still checks it against the documented API:\n%s",
+			dabbPath, proxyPath, protoCodecPath, jsonCodecPath, dubboPath, out)
 	}
 	// Under testdata, so that "go build ./..." ignores it, and inside the
 	// module, so that it can import the runtime.
@@ -286,15 +290,17 @@ func TestCompileShapes(t *testing.T) {
 
 // compileCases copies each golden case into dir, runs rpcgen on it, adds a
 // loopback test to the basic case, and vets and tests the result with env.
-// Without protobuf it leaves out the cases whose messages need it.
-func compileCases(t *testing.T, goCmd, dir string, env []string, protobuf bool) {
+// With full set, dir is in this module and builds against the real runtime:
+// it also holds the cases whose messages are protobuf messages and the
+// Dubbo case, which gets a test of its own over a real connection.
+func compileCases(t *testing.T, goCmd, dir string, env []string, full bool) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: skipping the compile test, which runs the go command")
 	}
 	var pkgs []string
 	for _, tc := range goldenCases {
-		if tc.protobuf && !protobuf {
+		if (tc.protobuf || tc.dubbo) && !full {
 			continue
 		}
 		caseDir := filepath.Join(dir, tc.name)
@@ -313,6 +319,11 @@ func compileCases(t *testing.T, goCmd, dir string, env []string, protobuf bool) 
 		pkgs = append(pkgs, "./"+tc.name)
 	}
 	writeFile(t, filepath.Join(dir, "basic", "loopback_test.go"), loopbackTest)
+	tests := []string{"./basic"}
+	if full {
+		writeFile(t, filepath.Join(dir, "dubbo", "loopback_test.go"), dubboLoopbackTest)
+		tests = append(tests, "./dubbo")
+	}
 
 	goRun := func(args ...string) {
 		t.Helper()
@@ -324,7 +335,7 @@ func compileCases(t *testing.T, goCmd, dir string, env []string, protobuf bool) 
 		}
 	}
 	goRun(append([]string{"vet"}, pkgs...)...)
-	goRun("test", "-count=1", "./basic")
+	goRun(append([]string{"test", "-count=1"}, tests...)...)
 }
 
 func goTool(t *testing.T) string {
