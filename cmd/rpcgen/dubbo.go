@@ -418,7 +418,7 @@ func (g *generator) dubboService(s *service) {
 // dubboMethod prints the client stub's method m.
 func (g *generator) dubboMethod(s *service, m *method, client, ctx string) {
 	sig := m.dubbo
-	names := g.paramNames(sig.names)
+	names := paramNames(sig.names, g.stubReserved)
 	params := []string{"ctx " + ctx}
 	for i, t := range sig.params {
 		params = append(params, names[i]+" "+g.goType(t))
@@ -449,14 +449,16 @@ func (g *generator) dubboMethod(s *service, m *method, client, ctx string) {
 }
 
 // paramNames returns the names of a stub method's parameters after the
-// context: the source's where each is usable, else argN.
-func (g *generator) paramNames(src []string) []string {
+// context: the source's where each is usable, else argN. A name is not
+// usable when the method's body would mean something else by it: a local
+// of the body, a predeclared, imported or package-level name.
+func paramNames(src []string, reserved func(string) bool) []string {
 	out := make([]string, len(src))
 	used := map[string]bool{}
 	for i, n := range src {
-		if n == "" || n == "_" || g.imports.taken[n] || used[n] {
+		if n == "" || n == "_" || reserved(n) || used[n] {
 			n = "arg" + strconv.Itoa(i+1)
-			for g.imports.taken[n] || used[n] || slices.Contains(src, n) {
+			for reserved(n) || used[n] || slices.Contains(src, n) {
 				n += "_"
 			}
 		}
@@ -464,6 +466,26 @@ func (g *generator) paramNames(src []string) []string {
 		out[i] = n
 	}
 	return out
+}
+
+// stubReserved reports whether a stub method's parameter may not be
+// called n: see paramNames.
+func (g *generator) stubReserved(n string) bool {
+	if slices.Contains([]string{"c", "ctx", "err", "out"}, n) || types.Universe.Lookup(n) != nil {
+		return true
+	}
+	if _, ok := g.pkg.scope[n]; ok {
+		return true
+	}
+	if _, ok := g.pkg.kept[n]; ok {
+		return true
+	}
+	for _, name := range g.imports.byPath {
+		if name == n {
+			return true
+		}
+	}
+	return slices.ContainsFunc(g.declared, func(d [2]string) bool { return d[1] == n })
 }
 
 // javaName is the Java name of a Dubbo method: its //dabb:java name, or

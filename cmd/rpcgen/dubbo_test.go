@@ -1,6 +1,7 @@
 package main
 
 import (
+	"go/token"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,9 +197,23 @@ func TestDubboImports(t *testing.T) {
 // TestDubboParamNames: the stub keeps the source's parameter names where
 // they are usable, and names the others argN.
 func TestDubboParamNames(t *testing.T) {
-	g := &generator{imports: &importSet{taken: map[string]bool{"c": true, "ctx": true, "out": true, "arg2": true}}}
-	got := g.paramNames([]string{"sku", "", "_", "out", "sku", "arg3"})
-	want := []string{"sku", "arg2_", "arg3_", "arg4", "arg5", "arg3"}
+	g := &generator{
+		pkg:      &pkgInfo{scope: map[string]token.Position{"store": {}}, kept: map[string]token.Position{"arg2": {}}},
+		imports:  &importSet{byPath: map[string]string{"context": "context", "example.com/pb": "pb"}},
+		declared: [][2]string{{"Shop", "NewShopDubboClient"}},
+	}
+	for _, n := range []string{"c", "ctx", "err", "out", "any", "len", "store", "arg2", "pb", "NewShopDubboClient"} {
+		if !g.stubReserved(n) {
+			t.Errorf("%s is usable as a parameter name, want reserved", n)
+		}
+	}
+	for _, n := range []string{"req", "resp", "srv", "impl", "sku"} {
+		if g.stubReserved(n) {
+			t.Errorf("%s is reserved, want usable as a parameter name", n)
+		}
+	}
+	got := paramNames([]string{"sku", "", "_", "out", "sku", "arg3", "req"}, g.stubReserved)
+	want := []string{"sku", "arg2_", "arg3_", "arg4", "arg5", "arg3", "req"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("paramNames = %v, want %v", got, want)
 	}

@@ -42,9 +42,10 @@ var usedBuiltins = []string{"any", "error", "new", "nil", "true"}
 
 // generator accumulates one output file.
 type generator struct {
-	buf     bytes.Buffer
-	pkg     *pkgInfo
-	imports *importSet
+	buf      bytes.Buffer
+	pkg      *pkgInfo
+	imports  *importSet
+	declared [][2]string // the package-level names generated, as declared returns them
 }
 
 // Printf appends formatted text to the output.
@@ -148,7 +149,7 @@ func checkNames(pkg *pkgInfo, svcs []*service) error {
 
 // emit writes the Go source for svcs, all in one file of package pkg.
 func emit(pkg *pkgInfo, svcs []*service) ([]byte, error) {
-	g := &generator{pkg: pkg, imports: newImportSet(pkg, svcs)}
+	g := &generator{pkg: pkg, imports: newImportSet(pkg, svcs), declared: declared(svcs)}
 
 	var files []string
 	for _, s := range svcs {
