@@ -468,10 +468,56 @@ func paramNames(src []string, reserved func(string) bool) []string {
 	return out
 }
 
+// stubLocals are the names a stub method's body declares or reads
+// besides its parameters.
+var stubLocals = []string{"c", "ctx", "err", "out"}
+
+// stubHiding are the stubLocals in scope where a stub method's body names
+// a type (var out T): the receiver and the context.
+var stubHiding = []string{"c", "ctx"}
+
+// dubboShadowed returns the types of the package at pkgPath that a Dubbo
+// method of s names and that a stub method's locals would hide.
+func dubboShadowed(pkgPath string, s *service) []string {
+	var found []string
+	var visit func(t types.Type)
+	visit = func(t types.Type) {
+		switch u := t.(type) {
+		case *types.Alias:
+			if o := u.Obj(); o.Pkg() != nil && importPath(o.Pkg().Path()) == pkgPath && slices.Contains(stubHiding, o.Name()) && !slices.Contains(found, o.Name()) {
+				found = append(found, o.Name())
+			}
+		case *types.Named:
+			if o := u.Obj(); o.Pkg() != nil && importPath(o.Pkg().Path()) == pkgPath && slices.Contains(stubHiding, o.Name()) && !slices.Contains(found, o.Name()) {
+				found = append(found, o.Name())
+			}
+			for a := range u.TypeArgs().Types() {
+				visit(a)
+			}
+		case *types.Pointer:
+			visit(u.Elem())
+		case *types.Slice:
+			visit(u.Elem())
+		case *types.Map:
+			visit(u.Key())
+			visit(u.Elem())
+		}
+	}
+	for _, m := range s.methods {
+		for _, t := range m.dubbo.params {
+			visit(t)
+		}
+		if m.dubbo.result != nil {
+			visit(m.dubbo.result)
+		}
+	}
+	return found
+}
+
 // stubReserved reports whether a stub method's parameter may not be
 // called n: see paramNames.
 func (g *generator) stubReserved(n string) bool {
-	if slices.Contains([]string{"c", "ctx", "err", "out"}, n) || types.Universe.Lookup(n) != nil {
+	if slices.Contains(stubLocals, n) || types.Universe.Lookup(n) != nil {
 		return true
 	}
 	if _, ok := g.pkg.scope[n]; ok {

@@ -165,6 +165,28 @@ type ServiceOnMethod interface {
 	}
 }
 
+// TestDubboShadowedType: a type named like a local of the stub's methods
+// is refused, as the stub would not compile.
+func TestDubboShadowedType(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "go.mod"), "module example.com/shadow\n\ngo 1.26\n")
+	writeFile(t, filepath.Join(dir, "shadow.go"), `package shadow
+
+import "context"
+
+type c struct{ A int32 }
+
+//dabb:dubbo com.example.Shadow
+type Shadow interface {
+	M(ctx context.Context, n int64) ([]*c, error)
+}
+`)
+	_, err := generate(config{dir: dir, types: []string{"Shadow"}}, "")
+	if err == nil || !strings.Contains(err.Error(), "shadow.go:5: rpcgen: type c: used by Shadow, named like a variable of the generated Dubbo client (c, ctx); rename it") {
+		t.Errorf("generate = %v; want the type c refused", err)
+	}
+}
+
 // TestDubboImports: a file with a Dubbo interface imports the dubbo module
 // and no codec; a file without one does not import it.
 func TestDubboImports(t *testing.T) {

@@ -118,6 +118,13 @@ func checkNames(pkg *pkgInfo, svcs []*service) error {
 		}
 	}
 	for _, s := range svcs {
+		if s.dubbo != nil {
+			for _, name := range dubboShadowed(pkg.path, s) {
+				errs.add(posErr(pkg.scope[name], "type %s: used by %s, named like a variable of the generated Dubbo client (%s); rename it",
+					name, s.iface, strings.Join(stubHiding, ", ")))
+			}
+			continue
+		}
 		for _, m := range s.methods {
 			for _, t := range []typeRef{m.req, m.resp} {
 				if pos, ok := pkg.scope[t.name]; ok && t.path == pkg.path && slices.Contains(localNames, t.name) {
