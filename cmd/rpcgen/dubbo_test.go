@@ -270,6 +270,7 @@ type store struct {
 	mu    sync.Mutex
 	stock map[int64]int64
 	at    time.Time
+	left  time.Duration // of Stock's budget, when it ran
 }
 
 func (s *store) Deduct(ctx context.Context, sku int64, count int32) (bool, error) {
@@ -285,6 +286,9 @@ func (s *store) Deduct(ctx context.Context, sku int64, count int32) (bool, error
 func (s *store) Stock(ctx context.Context, sku int64) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if d, ok := ctx.Deadline(); ok {
+		s.left = time.Until(d)
+	}
 	n, ok := s.stock[sku]
 	if !ok {
 		return 0, &dubbo.Exception{Class: dubbo.IllegalArgumentException, Message: fmt.Sprintf("unknown sku %d", sku)}
@@ -367,6 +371,12 @@ func TestDubboLoopback(t *testing.T) {
 	}
 	if n, err := shop.Stock(ctx, 10086); n != 997 || err != nil {
 		t.Errorf("Stock(10086) = %d, %v; want 997", n, err)
+	}
+	impl.mu.Lock()
+	left := impl.left
+	impl.mu.Unlock()
+	if left <= 0 || left > 200*time.Millisecond {
+		t.Errorf("Stock ran with %v of its budget left; want at most its 200ms timeout, sent as the timeout attachment", left)
 	}
 	_, err = shop.Stock(ctx, 42)
 	var exc *dubbo.Exception
