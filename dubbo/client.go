@@ -13,6 +13,11 @@ import (
 	"github.com/dabbrpc/dabb/proxy"
 )
 
+// SupportPackageIsVersion1 is referenced by the code rpcgen generates for
+// a //dabb:dubbo interface, so that code stops compiling against a dubbo
+// module too old for it.
+const SupportPackageIsVersion1 = true
+
 // Client calls the methods of a Java interface on its Dubbo providers in
 // hessian2, typed, through a proxy.Client: its balancer, one budget per
 // call (sent as the timeout attachment), retries of idempotent methods
