@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,6 +138,9 @@ func TestCacheAcrossZooKeeperOutage(t *testing.T) {
 	pushed2(time.Second, "the snapshot's set", "10.0.0.1:20880")
 
 	srv.Start(t)
+	// A new client: the first may still be reconnecting, or its session
+	// may have expired during the outage.
+	conn = rawConn(t, srv.Addr())
 	writeNode(t, conn, iface, categoryProviders, "dubbo://10.0.0.2:20880/"+iface+"?interface="+iface, 0)
 	pushed1(15*time.Second, "the first cache after the restart", "10.0.0.1:20880", "10.0.0.2:20880")
 	pushed2(15*time.Second, "the new cache after the restart", "10.0.0.1:20880", "10.0.0.2:20880")
@@ -197,5 +201,128 @@ func TestCacheRefusesEmptyPush(t *testing.T) {
 	wait.Until(t, 5*time.Second, 10*time.Millisecond, "the default cache to keep the disabled provider as suspect", func() bool { return protect.Suspect(iface) })
 	if ins, err := protect.Instances(ctx, iface); err != nil || !sameAddrs(addrs(ins), []string{"10.0.0.3:20880"}) {
 		t.Fatalf("Instances with every provider disabled = %v, %v; want the last non-empty set", addrs(ins), err)
+	}
+}
+
+// silentServer accepts TCP connections and never answers, as a ZooKeeper
+// server that is starting or hung; it returns its address.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// TestSilentServerDoesNotStallReader: with a silent server and a live one
+// in the URL, the reader has a session promptly whichever the client
+// tries first: the handshake is bounded by the session timeout shared
+// among the servers, 1 s each here. The client library alone waits ten
+// times two thirds of the session timeout. Eight registries, since each
+// client shuffles the servers: all eight trying the live one first has a
+// chance of 1 in 256.
+func TestSilentServerDoesNotStallReader(t *testing.T) {
+	rawURL := "zookeeper://" + silentServer(t) + "?backup=" + zktest.Shared(t).Addr() + "&session=2000&timeout=5000"
+	var wg sync.WaitGroup
+	for i := range 8 {
+		r := newTestRegistry(t, rawURL)
+		wg.Go(func() {
+			// A Watch whose first read a lost connection ends fails, as
+			// zk://'s does (a Cache watches again): the bound is on the
+			// time to a watch, not on one call.
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+			defer cancel()
+			start := time.Now()
+			for {
+				w, err := r.Watch(ctx, "com.example.Silent")
+				if err == nil {
+					w.Stop()
+					return
+				}
+				if ctx.Err() != nil {
+					t.Errorf("registry %d: no watch within %v with a silent server in the list: %v", i, time.Since(start), err)
+					return
+				}
+				t.Logf("registry %d: Watch after %v: %v; again", i, time.Since(start), err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestCloseCutsStuckHandshake: Close does not wait for a handshake with a
+// silent server to time out.
+func TestCloseCutsStuckHandshake(t *testing.T) {
+	r := newTestRegistry(t, "zookeeper://"+silentServer(t)+"?session=20000&timeout=300")
+	if _, err := r.Watch(context.Background(), "com.example.Silent"); !errors.Is(err, registry.ErrUnavailable) {
+		t.Fatalf("Watch against a silent server = %v, want ErrUnavailable", err)
+	}
+	start := time.Now()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("Close took %v while a handshake was stuck", took)
+	}
+}
+
+// TestOutageFollowsGrantedSessionTimeout: ZooKeeper grants a session
+// timeout between 2 and 20 ticks whatever the client asks for; a watcher
+// cut off from it reports the outage once the session has been down for
+// the timeout granted, when ZooKeeper has expired it, not the one asked
+// for.
+func TestOutageFollowsGrantedSessionTimeout(t *testing.T) {
+	srv := zktest.StartWithTick(t, time.Second)
+	const ask, granted = 500 * time.Millisecond, 2 * time.Second
+	proxy := startCutter(t, srv.Addr())
+	r := newTestRegistry(t, "zookeeper://"+proxy.l.Addr().String()+"?session=500&timeout=5000")
+	w, err := r.Watch(context.Background(), "com.example.Granted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	nextSet(t, w, time.Second, "before the cut")
+	if got := r.reader.sessionTimeout(); got != granted {
+		t.Fatalf("session timeout %v after asking for %v with tickTime 1s; want the %v granted", got, ask, granted)
+	}
+
+	cut := time.Now() // before: the client may see the cut first
+	proxy.Cut()
+	ctx, cancel := context.WithTimeout(context.Background(), granted+3*time.Second)
+	defer cancel()
+	_, err = w.Next(ctx)
+	took := time.Since(cut)
+	if !errors.Is(err, registry.ErrUnavailable) {
+		t.Fatalf("Next %v after the cut = %v; want the outage reported", took, err)
+	}
+	if took < granted {
+		t.Fatalf("the outage was reported %v after the cut, before the session timeout granted (%v; asked for %v)", took, granted, ask)
+	}
+	if want := "(" + granted.String() + ")"; !strings.Contains(err.Error(), want) {
+		t.Errorf("outage error %q does not name the timeout granted, %v", err, granted)
 	}
 }
