@@ -157,6 +157,7 @@ func TestNewClientBadDeclaration(t *testing.T) {
 		{"com.example.Greeter", (*interface{ Close() error })(nil), nil, "has no method"},
 		{"com.example.Greeter", (*Greeter)(nil), []dubbo.ServiceOption{dubbo.WithMethod("Missing", "missing")}, `WithMethod("Missing")`},
 		{"com.example.Greeter", (*Greeter)(nil), []dubbo.ServiceOption{dubbo.WithMethod("Greet", "greet", "a", "b")}, "2 Java types for 1 parameters"},
+		{"com.example.Greeter", (*Greeter)(nil), []dubbo.ServiceOption{dubbo.WithIdempotent("SayHelo")}, `WithIdempotent("SayHelo")`},
 	} {
 		if _, err := dubbo.NewClient(c, tt.iface, tt.decl, tt.opts...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("NewClient(%q, %T) = %v; want an error saying %q", tt.iface, tt.decl, err, tt.want)
