@@ -381,6 +381,7 @@ func TestDabbDecodesJava(t *testing.T) {
 type captureProvider struct {
 	addr     string
 	requests chan capturedRequest
+	done     chan struct{} // closed when the test ends
 }
 
 type capturedRequest struct {
@@ -394,7 +395,7 @@ func startCapture(t *testing.T, reply []byte) *captureProvider {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &captureProvider{addr: l.Addr().String(), requests: make(chan capturedRequest, 16)}
+	p := &captureProvider{addr: l.Addr().String(), requests: make(chan capturedRequest, 16), done: make(chan struct{})}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
@@ -411,6 +412,7 @@ func startCapture(t *testing.T, reply []byte) *captureProvider {
 		}
 	})
 	t.Cleanup(func() {
+		close(p.done)
 		l.Close()
 		mu.Lock()
 		for _, c := range conns {
@@ -442,7 +444,11 @@ func (p *captureProvider) serve(conn net.Conn, reply []byte) {
 		if f.IsEvent() {
 			out = []byte{'N'}
 		} else {
-			p.requests <- capturedRequest{f, body}
+			select {
+			case p.requests <- capturedRequest{f, body}:
+			case <-p.done:
+				return
+			}
 		}
 		var rh protocol.Header
 		rh.Init(protocol.MakeFlags(f&protocol.FlagEvent, Hessian2ID), protocol.StatusOK, h.ID())
