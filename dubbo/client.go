@@ -36,7 +36,8 @@ type Client struct {
 // (R, error) or func(ctx, args...) error is a Java method, its name and
 // types as Service gives them, unless WithMethod says otherwise.
 // WithVersion and WithGroup give the service key the client calls;
-// WithIdempotent marks methods the client may retry.
+// WithIdempotent marks the methods the client may retry and hedge.
+// Naming a method that decl does not declare is an error.
 func NewClient(c *proxy.Client, javaInterface string, decl any, opts ...ServiceOption) (*Client, error) {
 	var cfg serviceConfig
 	for _, o := range opts {
@@ -79,6 +80,14 @@ func NewClient(c *proxy.Client, javaInterface string, decl any, opts ...ServiceO
 	}
 	if len(cl.methods) == 0 {
 		return nil, fmt.Errorf("dubbo: NewClient(%q): %v has no method of the form func(context.Context, ...) (R, error)", javaInterface, t)
+	}
+	for goName := range cfg.idempotent {
+		// A misspelt name would leave the method without retries and
+		// hedging, silently.
+		if cl.methods[goName] == nil {
+			return nil, fmt.Errorf("dubbo: NewClient(%q): WithIdempotent(%q): %v has no method %s of the form func(context.Context, ...) (R, error)",
+				javaInterface, goName, t, goName)
+		}
 	}
 	return cl, nil
 }
