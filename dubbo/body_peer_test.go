@@ -2,19 +2,28 @@ package dubbo
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dabbrpc/dabb/protocol"
+	"github.com/dabbrpc/dabb/proxy"
+	"github.com/dabbrpc/dabb/registry"
+	"github.com/dabbrpc/dabb/registry/static"
 )
 
 // frame wraps a body in a Dubbo header with serialization id 2: a two-way
@@ -362,6 +371,237 @@ func TestDabbDecodesJava(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: decoded\n%#v %+v\nwant\n%#v %+v", name, got, got.Exception, want, want.Exception)
+		}
+	}
+}
+
+// captureProvider is a Dubbo provider on a loopback port that answers
+// every two-way request with reply, a hessian2 response body, and hands
+// on each request it reads: what a client writes, as the provider gets it.
+type captureProvider struct {
+	addr     string
+	requests chan capturedRequest
+	done     chan struct{} // closed when the test ends
+}
+
+type capturedRequest struct {
+	flags protocol.Flags
+	body  []byte
+}
+
+func startCapture(t *testing.T, reply []byte) *captureProvider {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &captureProvider{addr: l.Addr().String(), requests: make(chan capturedRequest, 16), done: make(chan struct{})}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+			wg.Go(func() { p.serve(conn, reply) })
+		}
+	})
+	t.Cleanup(func() {
+		close(p.done)
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return p
+}
+
+// serve reads frames until the connection ends. An event (a heartbeat)
+// that wants an answer gets a null one.
+func (p *captureProvider) serve(conn net.Conn, reply []byte) {
+	for {
+		var h protocol.Header
+		if _, err := io.ReadFull(conn, h[:]); err != nil {
+			return
+		}
+		body := make([]byte, h.BodyLen())
+		if _, err := io.ReadFull(conn, body); err != nil {
+			return
+		}
+		f := h.Flags()
+		if !f.IsRequest() || !f.IsTwoWay() {
+			continue
+		}
+		out := reply
+		if f.IsEvent() {
+			out = []byte{'N'}
+		} else {
+			select {
+			case p.requests <- capturedRequest{f, body}:
+			case <-p.done:
+				return
+			}
+		}
+		var rh protocol.Header
+		rh.Init(protocol.MakeFlags(f&protocol.FlagEvent, Hessian2ID), protocol.StatusOK, h.ID())
+		rh.SetMagic()
+		rh.SetBodyLen(uint32(len(out)))
+		if _, err := conn.Write(append(rh[:], out...)); err != nil {
+			return
+		}
+	}
+}
+
+// next returns the next request the provider read.
+func (p *captureProvider) next(t *testing.T) capturedRequest {
+	t.Helper()
+	select {
+	case r := <-p.requests:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("the provider got no request within 10s")
+		return capturedRequest{}
+	}
+}
+
+// inventoryDecl declares two methods of the demo's InventoryService.
+type inventoryDecl interface {
+	Deduct(ctx context.Context, sku int64, count int32) (bool, error)
+	DeductOnce(ctx context.Context, req *DeductRequest) (bool, error)
+}
+
+// TestJavaDecodesClientRequests: the requests a dabb client writes, typed
+// (Client.Call) and generic (Invoke), captured as a provider reads them
+// off the connection, are read by Java (Caucho Hessian) field by field as
+// Dubbo's DecodeableRpcInvocation reads them: the dubbo version, path,
+// version, method name and descriptor, each argument by the descriptor's
+// class (String[] and Object[] for $invoke), and the attachments, with
+// path, interface, version, group and the budget left as timeout.
+func TestJavaDecodesClientRequests(t *testing.T) {
+	cp := javaPeer(t)
+	reply, err := AppendResponse(nil, &Response{Value: true, Attachments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startCapture(t, reply)
+	const key = inventory + ":1.0.0:g1"
+	reg := static.New(
+		registry.Instance{Service: key, ID: "p", Addr: p.addr},
+		registry.Instance{Service: inventory, ID: "p", Addr: p.addr})
+	defer reg.Close()
+	c, err := proxy.NewClient(reg, proxy.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	typed, err := NewClient(c, inventory, (*inventoryDecl)(nil), WithVersion("1.0.0"), WithGroup("g1"), WithIdempotent("Deduct"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare, err := NewClient(c, inventory, (*inventoryDecl)(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	budget := proxy.Timeout(1500 * time.Millisecond)
+	const (
+		head  = "request dubbo=2.0.2 path=" + inventory + " version=1.0.0 method="
+		keyed = "group=g1, interface=" + inventory + ", path=" + inventory + ", timeout=T, version=1.0.0"
+		// A call not marked idempotent carries the key the client made
+		// for it, for a dabb server to drop a duplicate.
+		once    = "group=g1, idempotency-key=K, interface=" + inventory + ", path=" + inventory + ", timeout=T"
+		generic = "generic=true, " + once + ", version=1.0.0"
+		pojo    = "com.example.inventory.DeductRequest DeductRequest{sku=10086,count=2,requestId=r-1}"
+		invoke  = "$invoke types=Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/Object;\narg java.lang.String "
+	)
+	cases := []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"typed_primitives", func() error {
+			return typed.Call(ctx, "Deduct", []any{10086, 3}, nil, budget)
+		}, head + "deduct types=JI\narg java.lang.Long 10086\narg java.lang.Integer 3\nattachments {" + keyed + "}"},
+		{"typed_pojo", func() error {
+			return typed.Call(ctx, "DeductOnce", []any{&DeductRequest{Sku: "10086", Count: 2, RequestId: "r-1"}}, nil, budget,
+				proxy.Attachment("trace-id", "t-1"))
+		}, head + "deductOnce types=Lcom/example/inventory/DeductRequest;\narg " + pojo +
+			"\nattachments {" + once + ", trace-id=t-1, version=1.0.0}"},
+		{"typed_no_key", func() error {
+			return bare.Call(ctx, "Deduct", []any{7, 1}, nil, budget)
+		}, "request dubbo=2.0.2 path=" + inventory + " version= method=deduct types=JI\narg java.lang.Long 7\narg java.lang.Integer 1\n" +
+			"attachments {idempotency-key=K, interface=" + inventory + ", path=" + inventory + ", timeout=T}"},
+		{"invoke_primitives", func() error {
+			_, err := Invoke(ctx, c, "g1/"+inventory+":1.0.0", "deduct", []string{"long", "int"}, []any{10086, 3}, budget)
+			return err
+		}, head + invoke + "deduct\narg java.lang.String[] [java.lang.String long, java.lang.String int]\n" +
+			"arg java.lang.Object[] [java.lang.Long 10086, java.lang.Integer 3]\nattachments {" + generic + "}\n" +
+			"realized java.lang.Long 10086\nrealized java.lang.Integer 3"},
+		{"invoke_pojo_map", func() error {
+			_, err := Invoke(ctx, c, "g1/"+inventory+":1.0.0", "deductOnce", nil,
+				[]any{map[string]any{"class": "com.example.inventory.DeductRequest", "sku": "10086", "count": 2, "requestId": "r-1"}}, budget)
+			return err
+		}, head + invoke + "deductOnce\narg java.lang.String[] [java.lang.String com.example.inventory.DeductRequest]\n" +
+			"arg java.lang.Object[] [java.util.HashMap {class=java.lang.String com.example.inventory.DeductRequest, count=java.lang.Long 2, requestId=java.lang.String r-1, sku=java.lang.String 10086}]\n" +
+			"attachments {" + generic + "}\nrealized " + pojo},
+		{"invoke_pojo_struct", func() error {
+			_, err := Invoke(ctx, c, "g1/"+inventory+":1.0.0", "deductOnce", []string{"com.example.inventory.DeductRequest"},
+				[]any{&DeductRequest{Sku: "10086", Count: 2, RequestId: "r-1"}}, budget)
+			return err
+		}, head + invoke + "deductOnce\narg java.lang.String[] [java.lang.String com.example.inventory.DeductRequest]\n" +
+			"arg java.lang.Object[] [java.util.HashMap {class=java.lang.String com.example.inventory.DeductRequest, count=java.lang.Integer 2, requestId=java.lang.String r-1, sku=java.lang.String 10086}]\n" +
+			"attachments {" + generic + "}\nrealized " + pojo},
+	}
+	dir := t.TempDir()
+	var args, want []string
+	for _, tc := range cases {
+		if err := tc.call(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		r := p.next(t)
+		if r.flags.Serialization() != Hessian2ID || !r.flags.IsTwoWay() || r.flags.IsEvent() {
+			t.Fatalf("%s: flags %#x, want a two-way request in hessian2 (2)", tc.name, r.flags)
+		}
+		file := filepath.Join(dir, "client_"+tc.name+".bin")
+		if err := os.WriteFile(file, r.body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "request", file)
+		want = append(want, "== "+filepath.Base(file)+"\n"+tc.want)
+	}
+	// The timeout attachment is the budget left when the request went
+	// out: at most 1500 ms, and more than 1000 here. The idempotency key
+	// differs from run to run.
+	timeout := regexp.MustCompile(`timeout=(\d+)`)
+	out := timeout.ReplaceAllStringFunc(java(t, cp, args...), func(s string) string {
+		ms, _ := strconv.Atoi(timeout.FindStringSubmatch(s)[1])
+		if ms > 1500 || ms <= 1000 {
+			t.Errorf("Java read the timeout attachment %d ms; want the budget left of 1500 ms", ms)
+		}
+		return "timeout=T"
+	})
+	out = regexp.MustCompile(`idempotency-key=[0-9a-z]+-[0-9]+`).ReplaceAllString(out, "idempotency-key=K")
+	got := strings.Split(out, "\n== ")
+	for i := range got {
+		if i > 0 {
+			got[i] = "== " + got[i]
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Java printed %d sections for %d requests:\n%s", len(got), len(want), out)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("Java read\n%s\nwant\n%s", got[i], want[i])
 		}
 	}
 }

@@ -13,6 +13,11 @@ import (
 	"github.com/dabbrpc/dabb/proxy"
 )
 
+// SupportPackageIsVersion1 is referenced by the code rpcgen generates for
+// a //dabb:dubbo interface, so that code stops compiling against a dubbo
+// module too old for it.
+const SupportPackageIsVersion1 = true
+
 // Client calls the methods of a Java interface on its Dubbo providers in
 // hessian2, typed, through a proxy.Client: its balancer, one budget per
 // call (sent as the timeout attachment), retries of idempotent methods
@@ -31,7 +36,8 @@ type Client struct {
 // (R, error) or func(ctx, args...) error is a Java method, its name and
 // types as Service gives them, unless WithMethod says otherwise.
 // WithVersion and WithGroup give the service key the client calls;
-// WithIdempotent marks methods the client may retry.
+// WithIdempotent marks the methods the client may retry and hedge.
+// Naming a method that decl does not declare is an error.
 func NewClient(c *proxy.Client, javaInterface string, decl any, opts ...ServiceOption) (*Client, error) {
 	var cfg serviceConfig
 	for _, o := range opts {
@@ -74,6 +80,14 @@ func NewClient(c *proxy.Client, javaInterface string, decl any, opts ...ServiceO
 	}
 	if len(cl.methods) == 0 {
 		return nil, fmt.Errorf("dubbo: NewClient(%q): %v has no method of the form func(context.Context, ...) (R, error)", javaInterface, t)
+	}
+	for goName := range cfg.idempotent {
+		// A misspelt name would leave the method without retries and
+		// hedging, silently.
+		if cl.methods[goName] == nil {
+			return nil, fmt.Errorf("dubbo: NewClient(%q): WithIdempotent(%q): %v has no method %s of the form func(context.Context, ...) (R, error)",
+				javaInterface, goName, t, goName)
+		}
 	}
 	return cl, nil
 }
@@ -120,7 +134,7 @@ func (cl *Client) Call(ctx context.Context, goName string, args []any, reply any
 	var resp Response
 	req := &Args{Types: m.desc, Values: vals}
 	if err := cl.c.Invoke(ctx, cl.key.iface, m.java, req, &resp, append(all, opts...)...); err != nil {
-		return invokeError(err, cl.key.iface, m.java, m.types, false)
+		return invokeError(err, cl.key.iface, m.java, m.types, typesGiven)
 	}
 	if reply == nil {
 		return nil

@@ -3,6 +3,8 @@ package dubbo_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -13,11 +15,15 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/dubbo"
 	"github.com/dabbrpc/dabb/dubbo/internal/dubbogotest"
 	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/internal/zktest"
+	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
+	"github.com/dabbrpc/dabb/registry"
+	"github.com/dabbrpc/dabb/registry/static"
 )
 
 // HelloRequest is com.example.HelloRequest {String name}.
@@ -151,6 +157,7 @@ func TestNewClientBadDeclaration(t *testing.T) {
 		{"com.example.Greeter", (*interface{ Close() error })(nil), nil, "has no method"},
 		{"com.example.Greeter", (*Greeter)(nil), []dubbo.ServiceOption{dubbo.WithMethod("Missing", "missing")}, `WithMethod("Missing")`},
 		{"com.example.Greeter", (*Greeter)(nil), []dubbo.ServiceOption{dubbo.WithMethod("Greet", "greet", "a", "b")}, "2 Java types for 1 parameters"},
+		{"com.example.Greeter", (*Greeter)(nil), []dubbo.ServiceOption{dubbo.WithIdempotent("SayHelo")}, `WithIdempotent("SayHelo")`},
 	} {
 		if _, err := dubbo.NewClient(c, tt.iface, tt.decl, tt.opts...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("NewClient(%q, %T) = %v; want an error saying %q", tt.iface, tt.decl, err, tt.want)
@@ -345,4 +352,149 @@ func TestClientOverride(t *testing.T) {
 		call()
 		return calls(pa.Addr()) > before
 	})
+}
+
+// Locator is the Go declaration of com.example.hedge.Locator: where is
+// idempotent, take is not.
+type Locator interface {
+	Where(ctx context.Context) (string, error)
+	Take(ctx context.Context) (string, error)
+}
+
+// locator serves Locator, answering its name; a slow one answers only
+// when the call is cancelled, or after a minute.
+type locator struct {
+	name      string
+	slow      bool
+	wheres    atomic.Int64
+	takes     atomic.Int64
+	cancelled chan struct{} // gets a value for each slow call cancelled
+}
+
+func (l *locator) answer(ctx context.Context) (string, error) {
+	if !l.slow {
+		return l.name, nil
+	}
+	select {
+	case <-ctx.Done():
+		l.cancelled <- struct{}{}
+		return "", ctx.Err()
+	case <-time.After(time.Minute):
+		return l.name, nil
+	}
+}
+
+func (l *locator) Where(ctx context.Context) (string, error) {
+	l.wheres.Add(1)
+	return l.answer(ctx)
+}
+
+func (l *locator) Take(ctx context.Context) (string, error) {
+	l.takes.Add(1)
+	return l.answer(ctx)
+}
+
+// serveLocator serves l as com.example.hedge.Locator on a dabb server, in
+// hessian2, and returns its address.
+func serveLocator(t *testing.T, l *locator) string {
+	t.Helper()
+	desc, err := dubbo.Service("com.example.hedge.Locator", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := dabb.NewServer()
+	if err := s.RegisterService(desc, l); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		s.Close()
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+// TestClientHedge: a typed call of an idempotent method with proxy.Hedge,
+// over two dabb providers in hessian2, one that never answers, gets its
+// answer from the fast one within the hedge delay of the call's start
+// (plus scheduling slack), and the slow attempt is cancelled on its
+// provider. A method not marked idempotent is never hedged: each call
+// makes one attempt, and one that picked the slow provider fails when its
+// budget ends.
+func TestClientHedge(t *testing.T) {
+	slow := &locator{name: "slow", slow: true, cancelled: make(chan struct{}, 64)}
+	fast := &locator{name: "fast"}
+	const iface = "com.example.hedge.Locator"
+	reg := static.New(
+		registry.Instance{Service: iface, ID: "slow", Addr: serveLocator(t, slow)},
+		registry.Instance{Service: iface, ID: "fast", Addr: serveLocator(t, fast)})
+	defer reg.Close()
+	c, err := proxy.NewClient(reg, proxy.WithBalancer("round_robin"),
+		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}), proxy.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	loc, err := dubbo.NewClient(c, iface, (*Locator)(nil), dubbo.WithIdempotent("Where"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	const delay = 50 * time.Millisecond
+	// The slack covers a loaded machine; the slow provider takes a minute.
+	const slack = 500 * time.Millisecond
+	for i := range 8 {
+		start := time.Now()
+		var got string
+		if err := loc.Call(ctx, "Where", nil, &got, proxy.Hedge(delay), proxy.Timeout(10*time.Second)); err != nil {
+			t.Fatalf("hedged call %d: %v", i, err)
+		}
+		if got != "fast" {
+			t.Fatalf("hedged call %d answered by %q", i, got)
+		}
+		if took := time.Since(start); took > delay+slack {
+			t.Fatalf("hedged call %d took %v; want the fast answer within the hedge delay %v (+%v)", i, took, delay, slack)
+		}
+	}
+	hedged := slow.wheres.Load()
+	if hedged == 0 {
+		t.Fatal("no attempt went to the slow provider: the test proves nothing")
+	}
+	if fast.wheres.Load() != 8 {
+		t.Errorf("the fast provider ran %d calls of where, want all 8", fast.wheres.Load())
+	}
+	for range hedged {
+		select {
+		case <-slow.cancelled:
+		case <-ctx.Done():
+			t.Fatalf("not every one of the %d slow attempts was cancelled on its provider", hedged)
+		}
+	}
+
+	// take is not idempotent: Hedge is ignored, one attempt per call.
+	var failed int
+	for range 4 {
+		var got string
+		err := loc.Call(ctx, "Take", nil, &got, proxy.Hedge(10*time.Millisecond), proxy.Timeout(300*time.Millisecond))
+		switch {
+		case err == nil && got == "fast":
+		case protocol.StatusOf(err) == protocol.StatusClientTimeout || protocol.StatusOf(err) == protocol.StatusServerTimeout:
+			failed++
+		default:
+			t.Fatalf("take = %q, %v; want fast's answer or a timeout", got, err)
+		}
+	}
+	if ran := slow.takes.Load() + fast.takes.Load(); ran != 4 {
+		t.Fatalf("4 calls of take, not idempotent, with Hedge ran %d attempts; want 4", ran)
+	}
+	if failed == 0 || int64(failed) != slow.takes.Load() {
+		t.Fatalf("%d calls of take failed and the slow provider ran %d: want each call it got to fail, none hedged", failed, slow.takes.Load())
+	}
 }

@@ -1,5 +1,6 @@
 // Invoke: Dubbo's generic call ($invoke) from Go without a stub, through a
-// proxy.Client, with the parameter types given or inferred.
+// proxy.Client, with the parameter types given, read from the provider's
+// service definition, or inferred.
 
 package dubbo
 
@@ -49,9 +50,14 @@ var ErrNoSuchMethod = errors.New("dubbo: the provider has no such method")
 //
 // types are the Java parameter types, one per argument, such as
 // "java.lang.String", "int" or "com.example.HelloRequest". A Java
-// provider resolves the method by them exactly. When types is nil, they
-// are inferred from args: a string is java.lang.String, an integer long,
-// a fraction double, a bool boolean, a slice java.util.List, and a map its
+// provider resolves the method by them exactly. When types is nil and c's
+// registry is the zookeeper:// Registry, they come from the provider's
+// service definition in Dubbo's metadata report: the one method of that
+// name and argument count (see Registry.ServiceDefinitions). Several such
+// methods of different types are an error matching ErrOverloaded. Without
+// a definition, or when it cannot be read within a second, they are
+// inferred from args: a string is java.lang.String, an integer long, a
+// fraction double, a bool boolean, a slice java.util.List, and a map its
 // "class" entry or java.util.Map. An integer given for int, short or byte
 // travels as a hessian2 int.
 //
@@ -81,6 +87,18 @@ func Invoke(ctx context.Context, c *proxy.Client, service, method string, types 
 		return nil, protocol.NotSent(protocol.StatusClientError,
 			fmt.Sprintf("dubbo: Invoke %q: a call names one group and one version, not a pattern", service), nil)
 	}
+	from := typesGiven
+	if types == nil && method != "" && len(args) > 0 {
+		if src, ok := c.Registry().(typeSource); ok {
+			defined, err := src.definedTypes(ctx, key, method, len(args))
+			if err != nil {
+				return nil, protocol.NotSent(protocol.StatusClientError, "dubbo: Invoke "+key.iface+"."+method, err)
+			}
+			if defined != nil {
+				types, from = defined, typesDefined
+			}
+		}
+	}
 	req, inferred, err := invokeArgs(method, types, args)
 	if err != nil {
 		return nil, protocol.NotSent(protocol.StatusClientError, "dubbo: Invoke "+key.iface+"."+method, err)
@@ -96,11 +114,21 @@ func Invoke(ctx context.Context, c *proxy.Client, service, method string, types 
 		all = append(all, proxy.Attachment(AttachGroup, key.group))
 	}
 	var resp Response
+	if inferred {
+		from = typesInferred
+	}
 	if err := c.Invoke(ctx, key.iface, MethodInvoke, req, &resp, append(all, opts...)...); err != nil {
-		return nil, invokeError(err, key.iface, method, req.Values[1].([]string), inferred)
+		return nil, invokeError(err, key.iface, method, req.Values[1].([]string), from)
 	}
 	return plain(resp.Value), nil
 }
+
+// Where the parameter types of a generic call came from.
+const (
+	typesGiven    = "sent"
+	typesDefined  = "from the provider's service definition"
+	typesInferred = "inferred"
+)
 
 // invokeArgs builds the payload of $invoke: the method, the types (given
 // or inferred) and the arguments as the types want them.
@@ -367,7 +395,7 @@ func plain(v any) any {
 
 // invokeError gives the error of a generic call its Java exception as the
 // cause, and says what to do about a missing method.
-func invokeError(err error, iface, method string, types []string, inferred bool) error {
+func invokeError(err error, iface, method string, types []string, from string) error {
 	var pe *protocol.Error
 	if !errors.As(err, &pe) || !pe.Remote {
 		return err
@@ -380,16 +408,12 @@ func invokeError(err error, iface, method string, types []string, inferred bool)
 		out.Msg, out.Err = exc.Error(), exc
 	}
 	if noSuchMethod(out.Msg) {
-		hint := "pass the method's Java parameter types"
-		if !inferred {
-			hint = "check the method name and its Java parameter types"
-		}
-		how := "sent"
-		if inferred {
-			how = "inferred"
+		hint := "check the method name and its Java parameter types"
+		if from == typesInferred {
+			hint = "pass the method's Java parameter types"
 		}
 		out.Msg = fmt.Sprintf("%s; no method %s.%s(%s) (types %s): %s", out.Msg, iface, method,
-			strings.Join(types, ", "), how, hint)
+			strings.Join(types, ", "), from, hint)
 		errs := []error{ErrNoSuchMethod}
 		if out.Err != nil {
 			errs = append(errs, out.Err)

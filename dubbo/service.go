@@ -89,8 +89,8 @@ func WithApplication(name string) ServiceOption {
 // register the description with the same impl.
 //
 // The description's Metadata makes the zookeeper:// registry publish the
-// export in Dubbo's layout: MetaMethods, and MetaVersion, MetaGroup and
-// MetaApplication when set. Its methods are also served to generic calls
+// export in Dubbo's layout: MetaMethods and MetaSignatures (its service
+// definition), and MetaVersion, MetaGroup and MetaApplication when set. Its methods are also served to generic calls
 // ($invoke, $invokeAsync) and to Java's echo ($echo). They read hessian2
 // payloads only: the service answers calls in serialization id 2.
 //
@@ -141,10 +141,15 @@ func Service(javaInterface string, impl any, opts ...ServiceOption) (*dabb.Servi
 		names = append(names, name)
 	}
 	slices.Sort(names)
+	var sigs []string
 	desc := &dabb.ServiceDesc{Name: javaInterface, Metadata: map[string]string{MetaMethods: strings.Join(names, ",")}}
 	for _, name := range names {
 		desc.Methods = append(desc.Methods, dabb.MethodDesc{Name: name, Handler: e.typed(e.byName[name])})
+		for _, m := range e.byName[name] {
+			sigs = append(sigs, m.signature())
+		}
 	}
+	desc.Metadata[MetaSignatures] = strings.Join(sigs, ";")
 	desc.Methods = append(desc.Methods,
 		dabb.MethodDesc{Name: methodInvoke, Handler: e.generic},
 		dabb.MethodDesc{Name: methodInvokeAsync, Handler: e.generic},

@@ -528,7 +528,8 @@ type badParam struct{}
 func (*badParam) Take(context.Context, *struct{ X int }) error { return nil }
 
 // TestServiceDesc: the description names the Java methods, the generic
-// ones, and the metadata the zookeeper:// registry publishes.
+// ones, and the metadata the zookeeper:// registry publishes, the
+// signatures of its service definition (overloads included) among them.
 func TestServiceDesc(t *testing.T) {
 	desc, err := Service(inventory, newStore(), WithMethod("StockInt", "stock"), WithMethod("Find", "findReply"),
 		WithVersion("1.0"), WithGroup("g"), WithApplication("shop"))
@@ -546,6 +547,10 @@ func TestServiceDesc(t *testing.T) {
 	wantMeta := map[string]string{
 		MetaMethods: "block,budget,deduct,deductOnce,echo,findReply,meta,refuse,reset,stock",
 		MetaVersion: "1.0", MetaGroup: "g", MetaApplication: "shop",
+		MetaSignatures: "block()void;budget()long;deduct(long,int)boolean;" +
+			"deductOnce(com.example.inventory.DeductRequest)com.example.inventory.DeductReply;" +
+			"echo(java.lang.String,double,boolean)java.lang.String;findReply(java.lang.String)com.example.inventory.DeductReply;" +
+			"meta(java.lang.String)java.lang.String;refuse()boolean;reset()void;stock(long)long;stock(int)long",
 	}
 	if fmt.Sprint(desc.Metadata) != fmt.Sprint(wantMeta) {
 		t.Errorf("metadata %v, want %v", desc.Metadata, wantMeta)

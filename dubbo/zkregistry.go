@@ -72,7 +72,9 @@ type RegistryConfig struct {
 // {Root}/{interface}/providers/{URL-encoded dubbo:// URL}, under persistent
 // parents. The nodes of one interface are kept by a zk.Registry of their
 // own, with its own session: it re-creates them after a session expiry
-// and deletes them at Close.
+// and deletes them at Close. An export that sets MetaSignatures also gets
+// its service definition written in Dubbo's metadata report, a persistent
+// node (metadatawrite.go).
 type Registry struct {
 	cfg RegistryConfig
 	log *slog.Logger
@@ -84,6 +86,9 @@ type Registry struct {
 	pubs      map[string]*zk.Registry // by Java interface
 	published map[string]publication  // by instance: Service, NUL, ID
 	reader    *reader                 // zkwatch.go; nil until the first Watch
+
+	defs    definitionCache // metadata.go: the service definitions read
+	written sync.Map        // metadata.go: definition path → the JSON written there
 }
 
 // publication is what Register wrote for an instance.
@@ -170,8 +175,9 @@ func (r *Registry) ProviderPath(in registry.Instance) (string, bool) {
 }
 
 // Register publishes a Java export: in.Service is the Java interface name,
-// in.Metadata sets MetaMethods and optionally MetaVersion, MetaGroup and
-// MetaApplication. An instance without MetaMethods is not a Java export:
+// in.Metadata sets MetaMethods and optionally MetaVersion, MetaGroup,
+// MetaApplication and MetaSignatures (then the service definition is
+// published too; see publishDefinition). An instance without MetaMethods is not a Java export:
 // Register writes nothing and returns nil, for dabb's own clients find it
 // through zk:// or etcd://. A second Register of the same Service and ID
 // replaces the node when the URL changes (the timestamp aside).
@@ -218,6 +224,7 @@ func (r *Registry) Register(ctx context.Context, in registry.Instance) error {
 	r.mu.Lock()
 	r.published[key] = publication{iface: in.Service, node: node, base: params, addr: in.Addr}
 	r.mu.Unlock()
+	r.publishDefinition(ctx, in, params)
 	if had && old.node != node {
 		// The new node is in place: consumers never see the export
 		// missing.

@@ -6,12 +6,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/dabbrpc/dabb/registry"
+	"github.com/dabbrpc/dabb/registry/zk"
 	gozk "github.com/go-zookeeper/zk"
 )
 
@@ -19,10 +19,11 @@ import (
 // the first Watch. Only the names of the provider nodes are read: Dubbo's
 // URLs are the names, whatever the data.
 type reader struct {
-	r    *Registry
-	conn *gozk.Conn
-	done chan struct{} // closed by close
-	wg   sync.WaitGroup
+	r      *Registry
+	conn   *gozk.Conn
+	dialer *zk.Dialer    // bounds handshakes, reads the session timeout granted
+	done   chan struct{} // closed by close
+	wg     sync.WaitGroup
 
 	mu       sync.Mutex    // guards following
 	stateCh  chan struct{} // closed and replaced at each session event
@@ -31,19 +32,16 @@ type reader struct {
 	downAt   *time.Timer   // reports an outage once the session has been down for the session timeout
 	down     bool          // the outage was reported
 	watchers map[*watcher]struct{}
-
-	dialMu  sync.Mutex // guards dialErr
-	dialErr error      // of the latest connection attempt; nil after one succeeded
 }
 
-// dial makes the client's connections, remembering whether the latest
-// attempt failed, for Unreachable.
-func (rd *reader) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, addr, timeout)
-	rd.dialMu.Lock()
-	rd.dialErr = err
-	rd.dialMu.Unlock()
-	return c, err
+// sessionTimeout returns the session timeout ZooKeeper granted, or the one
+// asked for before the first session: ZooKeeper expires a session after
+// the timeout it granted.
+func (rd *reader) sessionTimeout() time.Duration {
+	if t := rd.dialer.SessionTimeout(); t > 0 {
+		return t
+	}
+	return rd.r.cfg.SessionTimeout
 }
 
 var _ registry.Reachability = (*Registry)(nil)
@@ -51,7 +49,7 @@ var _ registry.Reachability = (*Registry)(nil)
 // Unreachable implements registry.Reachability for the reading session:
 // it returns an error wrapping registry.ErrUnavailable, naming the
 // servers, when the client has no connection and its latest attempt to
-// make one failed. It returns nil when connected, before the first Watch,
+// make one failed, or its latest connection broke. It returns nil when connected, before the first Watch,
 // or when it cannot tell. It does no I/O.
 func (r *Registry) Unreachable() error {
 	r.mu.Lock()
@@ -62,10 +60,7 @@ func (r *Registry) Unreachable() error {
 	}
 	switch rd.conn.State() {
 	case gozk.StateDisconnected, gozk.StateConnecting:
-		rd.dialMu.Lock()
-		err := rd.dialErr
-		rd.dialMu.Unlock()
-		if err != nil {
+		if err := rd.dialer.LastFailure(); err != nil {
 			return fmt.Errorf("%w: ZooKeeper at %s unreachable: %w", registry.ErrUnavailable, strings.Join(r.cfg.Servers, ","), err)
 		}
 	}
@@ -82,8 +77,9 @@ func (r *Registry) readerFor() (*reader, error) {
 	if r.reader != nil {
 		return r.reader, nil
 	}
-	rd := &reader{r: r, done: make(chan struct{}), stateCh: make(chan struct{}), watchers: make(map[*watcher]struct{})}
-	conn, events, err := gozk.Connect(r.cfg.Servers, r.cfg.SessionTimeout, gozk.WithDialer(rd.dial),
+	rd := &reader{r: r, dialer: zk.NewDialer(r.cfg.SessionTimeout, len(r.cfg.Servers)),
+		done: make(chan struct{}), stateCh: make(chan struct{}), watchers: make(map[*watcher]struct{})}
+	conn, events, err := gozk.Connect(r.cfg.Servers, r.cfg.SessionTimeout, gozk.WithDialer(rd.dialer.Dial),
 		gozk.WithLogger(clientLogger{r.log}), gozk.WithLogInfo(false), gozk.WithEventCallback(rd.onEvent))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", strings.Join(r.cfg.Servers, ","), err)
@@ -121,7 +117,7 @@ func (rd *reader) onEvent(ev gozk.Event) {
 		rd.live = false
 		rd.downs++
 		n := rd.downs
-		rd.downAt = time.AfterFunc(rd.r.cfg.SessionTimeout, func() { rd.outage(n) })
+		rd.downAt = time.AfterFunc(rd.sessionTimeout(), func() { rd.outage(n) })
 	}
 }
 
@@ -206,6 +202,7 @@ func (rd *reader) close() {
 		w.Stop()
 	}
 	rd.conn.Close()
+	rd.dialer.CloseAll() // cuts a handshake still in progress
 	rd.wg.Wait()
 }
 

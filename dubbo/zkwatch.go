@@ -171,7 +171,7 @@ func (w *watcher) outage() {
 	w.synced = false
 	w.outages++
 	w.down = fmt.Errorf("dubbo: watching %s: %w: no session with ZooKeeper for the session timeout (%v)",
-		w.service, registry.ErrUnavailable, w.rd.r.cfg.SessionTimeout)
+		w.service, registry.ErrUnavailable, w.rd.sessionTimeout())
 	close(w.changed)
 	w.changed = make(chan struct{})
 	select {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -19,19 +21,26 @@ import (
 // node's name.
 func writeJavaProvider(t *testing.T, conn *gozk.Conn, iface, rawURL string) string {
 	t.Helper()
+	return path.Base(writeNode(t, conn, iface, categoryProviders, rawURL, gozk.FlagEphemeral))
+}
+
+// writeNode creates the node of rawURL under {iface}/{category} with
+// flags, its parents persistent, and returns its path.
+func writeNode(t *testing.T, conn *gozk.Conn, iface, category, rawURL string, flags int32) string {
+	t.Helper()
 	acl := gozk.WorldACL(gozk.PermAll)
 	p := ""
-	for _, part := range []string{"dubbo", iface, "providers"} {
+	for _, part := range []string{"dubbo", iface, category} {
 		p += "/" + part
 		if _, err := conn.Create(p, nil, 0, acl); err != nil && !errors.Is(err, gozk.ErrNodeExists) {
 			t.Fatalf("create %s: %v", p, err)
 		}
 	}
-	name := zkEncode(rawURL)
-	if _, err := conn.Create(p+"/"+name, []byte("127.0.0.1"), gozk.FlagEphemeral, acl); err != nil {
-		t.Fatalf("create provider %s: %v", rawURL, err)
+	p += "/" + zkEncode(rawURL)
+	if _, err := conn.Create(p, []byte("127.0.0.1"), flags, acl); err != nil {
+		t.Fatalf("create %s: %v", rawURL, err)
 	}
-	return name
+	return p
 }
 
 // addrs returns the addresses of a set, in its order.
@@ -225,6 +234,8 @@ func TestWatchReportsOutageAndResumes(t *testing.T) {
 	defer w.Stop()
 	nextSet(t, w, time.Second, "before the cut", "10.0.0.8:20880")
 
+	before := r.reader.conn.SessionID()
+
 	proxy.Cut()
 	ctx, cancel := context.WithTimeout(context.Background(), session+3*time.Second)
 	defer cancel()
@@ -240,6 +251,67 @@ func TestWatchReportsOutageAndResumes(t *testing.T) {
 	writeJavaProvider(t, conn, iface, "dubbo://10.0.0.9:20880/"+iface+"?interface="+iface)
 	proxy.Restore()
 	nextSet(t, w, 10*time.Second, "after the cut", "10.0.0.8:20880", "10.0.0.9:20880")
+	expectWatchesArmed(t, conn, w, iface, before, "after the cut", "10.0.0.8:20880", "10.0.0.9:20880")
+}
+
+// expectWatchesArmed checks that w's watches are set on ZooKeeper after
+// a session loss: the reader has a session other than before (a new one
+// after an expiry, the same one when before is 0), and a provider added
+// and an override written now, with no outage to trigger a read, both
+// reach w. have are the providers w holds.
+func expectWatchesArmed(t *testing.T, conn *gozk.Conn, w registry.Watcher, iface string, before int64, step string, have ...string) {
+	t.Helper()
+	rd := w.(*watcher).rd
+	if after := rd.conn.SessionID(); before != 0 && after == before {
+		t.Fatalf("%s: session %x, the one before: want a new session after the expiry", step, after)
+	}
+	writeJavaProvider(t, conn, iface, "dubbo://10.0.0.10:20880/"+iface+"?interface="+iface)
+	nextSet(t, w, 5*time.Second, step+": the providers watch re-armed", append(slices.Clone(have), "10.0.0.10:20880")...)
+	writeOverride(t, conn, iface, "override://10.0.0.10:20880/"+iface+"?category=configurators&disabled=true&dynamic=false&enabled=true")
+	nextSet(t, w, 5*time.Second, step+": the configurators watch re-armed", have...)
+}
+
+// TestWatchReArmsAfterReconnect: a connection lost for less than the
+// session timeout keeps the session; the watches the client restores
+// report changes made after it is back.
+func TestWatchReArmsAfterReconnect(t *testing.T) {
+	zs := zktest.Shared(t)
+	conn := rawConn(t, zs.Addr())
+	iface := ifaceFor(t)
+	writeJavaProvider(t, conn, iface, "dubbo://10.0.0.8:20880/"+iface+"?interface="+iface)
+	proxy := startCutter(t, zs.Addr())
+	r := newTestRegistry(t, "zookeeper://"+proxy.l.Addr().String()+"?session=10000")
+	w, err := r.Watch(context.Background(), iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	nextSet(t, w, time.Second, "before the cut", "10.0.0.8:20880")
+	session := r.reader.conn.SessionID()
+	r.reader.mu.Lock()
+	state := r.reader.stateCh // closed at the next session event
+	r.reader.mu.Unlock()
+
+	proxy.Cut()
+	select {
+	case <-state:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reader saw no session event within 5s of the cut")
+	}
+	proxy.Restore()
+	if err := r.reader.waitSession(ctxWithin(t, 10*time.Second)); err != nil {
+		t.Fatalf("no session after the cut was restored: %v", err)
+	}
+	if got := r.reader.conn.SessionID(); got != session {
+		t.Fatalf("session %x after a short cut, want the same session %x", got, session)
+	}
+	expectWatchesArmed(t, conn, w, iface, 0, "after a short cut", "10.0.0.8:20880")
+}
+
+func ctxWithin(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 func TestWatchRefusesBadKeys(t *testing.T) {

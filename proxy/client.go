@@ -33,6 +33,7 @@ import (
 //	reply, err := inv.Deduct(ctx, &pb.DeductRequest{Sku: "sku-42", Count: 1})
 type Client struct {
 	opts     options
+	reg      registry.Registry
 	codec    codec.Codec
 	pool     *transport.Pool
 	cache    *registry.Cache
@@ -64,7 +65,7 @@ type Client struct {
 // codec.ErrUnknown) and for an unknown balancer name (it wraps
 // registry.ErrInvalid). The error names the option at fault.
 func NewClient(r registry.Registry, opts ...Option) (*Client, error) {
-	c := &Client{opts: defaultOptions()}
+	c := &Client{opts: defaultOptions(), reg: r}
 	for _, o := range opts {
 		o(&c.opts)
 	}
@@ -187,6 +188,10 @@ func (c *Client) Invoke(ctx context.Context, service, method string, req, resp a
 func (c *Client) Instances(ctx context.Context, service string) ([]registry.Instance, error) {
 	return c.cache.Instances(ctx, service)
 }
+
+// Registry returns the registry the client finds instances through, as
+// NewClient was given it. It stays the caller's to close.
+func (c *Client) Registry() registry.Registry { return c.reg }
 
 // Stale reports whether the client calls service on instances the
 // registry has not confirmed lately. The registry is unreachable, or they

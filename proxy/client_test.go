@@ -529,3 +529,12 @@ func restartAndCall(t *testing.T, c *proxy.Client, addr string) {
 		time.Sleep(10 * time.Millisecond) // no event says the address is back: poll the calls
 	}
 }
+
+// TestClientRegistry: Registry returns the registry NewClient was given.
+func TestClientRegistry(t *testing.T) {
+	reg := static.New()
+	c := newClient(t, reg, proxy.WithLogger(quiet))
+	if got := c.Registry(); got != registry.Registry(reg) {
+		t.Errorf("Registry() = %v; want the registry given to NewClient", got)
+	}
+}

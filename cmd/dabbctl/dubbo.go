@@ -212,6 +212,9 @@ func (a *app) dubboCall(ctx context.Context, service, method string, body []byte
 		if errors.As(err, &exc) && !errors.Is(err, dubbo.ErrNoSuchMethod) {
 			return &thrownError{exc}
 		}
+		if errors.Is(err, dubbo.ErrOverloaded) {
+			return fmt.Errorf("call %s.%s: %w (with -types)", key, method, err)
+		}
 		return fmt.Errorf("call %s.%s: %w", key, method, err)
 	}
 	out, err := json.Marshal(v)

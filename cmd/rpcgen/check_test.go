@@ -54,7 +54,7 @@ func TestErrors(t *testing.T) {
 		{"EmbedsStruct", "Req", "type EmbedsStruct: embedded element Req is not an interface type"},
 		{"Conflicting", "M(", "method M: declared twice with different //dabb: directives"},
 		// Directives.
-		{"UnknownDirective", "//dabb:idempotnet", "method M: unknown directive //dabb:idempotnet (want //dabb:idempotent or //dabb:timeout)"},
+		{"UnknownDirective", "//dabb:idempotnet", "method M: unknown directive //dabb:idempotnet (want //dabb:idempotent, //dabb:timeout or //dabb:java)"},
 		{"BadDuration", "//dabb:timeout fast", "method M: //dabb:timeout fast: not a duration such as 200ms or 2s"},
 		{"NegativeDuration", "//dabb:timeout -2s", "method M: //dabb:timeout -2s: must be positive"},
 		{"MissingDuration", "//dabb:timeout", `method M: //dabb:timeout wants one duration such as 200ms, got ""`},
@@ -63,7 +63,7 @@ func TestErrors(t *testing.T) {
 		{"ServiceOnMethod", "//dabb:service", "method M: //dabb:service belongs in the interface's doc comment"},
 		{"IdempotentOnInterface", "//dabb:idempotent", "type IdempotentOnInterface: //dabb:idempotent belongs in a method's doc comment"},
 		{"ServiceNoName", "//dabb:service", `type ServiceNoName: //dabb:service wants one service name, got ""`},
-		{"UnknownOnInterface", "//dabb:servise", "type UnknownOnInterface: unknown directive //dabb:servise (want //dabb:service)"},
+		{"UnknownOnInterface", "//dabb:servise", "type UnknownOnInterface: unknown directive //dabb:servise (want //dabb:service or //dabb:dubbo)"},
 		{"Detached", "//dabb:idempotent", "type Detached: //dabb:idempotent is not in a method's doc comment (it must be on the lines directly above the method)"},
 		{"Trailing", "//dabb:idempotent", "type Trailing: //dabb:idempotent is not in a method's doc comment (it must be on the lines directly above the method)"},
 		{"DetachedInLiteral", "//dabb:idempotent", "type DetachedInLiteral: //dabb:idempotent is not in a method's doc comment (it must be on the lines directly above the method)"},

@@ -42,9 +42,10 @@ var usedBuiltins = []string{"any", "error", "new", "nil", "true"}
 
 // generator accumulates one output file.
 type generator struct {
-	buf     bytes.Buffer
-	pkg     *pkgInfo
-	imports *importSet
+	buf      bytes.Buffer
+	pkg      *pkgInfo
+	imports  *importSet
+	declared [][2]string // the package-level names generated, as declared returns them
 }
 
 // Printf appends formatted text to the output.
@@ -80,6 +81,17 @@ func optionsName(iface, m string) string { return lowerFirst(iface) + m + "Optio
 func declared(svcs []*service) [][2]string {
 	var out [][2]string
 	for _, s := range svcs {
+		if s.dubbo != nil {
+			for _, name := range dubboNamesOf(s.iface).all() {
+				out = append(out, [2]string{s.iface, name})
+			}
+			for _, m := range s.methods {
+				if m.timeout > 0 {
+					out = append(out, [2]string{s.iface, dubboCallOptionsName(s.iface, m.name)})
+				}
+			}
+			continue
+		}
 		n := namesOf(s.iface)
 		for _, name := range []string{n.serviceName, n.newClient, n.client, n.register, n.desc} {
 			out = append(out, [2]string{s.iface, name})
@@ -106,6 +118,13 @@ func checkNames(pkg *pkgInfo, svcs []*service) error {
 		}
 	}
 	for _, s := range svcs {
+		if s.dubbo != nil {
+			for _, name := range dubboShadowed(pkg.path, s) {
+				errs.add(posErr(pkg.scope[name], "type %s: used by %s, named like a variable of the generated Dubbo client (%s); rename it",
+					name, s.iface, strings.Join(stubHiding, ", ")))
+			}
+			continue
+		}
 		for _, m := range s.methods {
 			for _, t := range []typeRef{m.req, m.resp} {
 				if pos, ok := pkg.scope[t.name]; ok && t.path == pkg.path && slices.Contains(localNames, t.name) {
@@ -137,7 +156,7 @@ func checkNames(pkg *pkgInfo, svcs []*service) error {
 
 // emit writes the Go source for svcs, all in one file of package pkg.
 func emit(pkg *pkgInfo, svcs []*service) ([]byte, error) {
-	g := &generator{pkg: pkg, imports: newImportSet(pkg, svcs)}
+	g := &generator{pkg: pkg, imports: newImportSet(pkg, svcs), declared: declared(svcs)}
 
 	var files []string
 	for _, s := range svcs {
@@ -160,9 +179,18 @@ func emit(pkg *pkgInfo, svcs []*service) ([]byte, error) {
 	}
 	g.Printf("package %s\n\n", pkg.name)
 	g.imports.print(g)
-	g.Printf("// This file requires a dabb runtime that supports generated code version 1.\n")
-	g.Printf("const _ = %s.SupportPackageIsVersion1\n", g.imports.name(dabbPath))
+	if slices.ContainsFunc(svcs, isDubbo) {
+		g.Printf("// This file requires a dabb runtime and a dubbo module that support generated code version 1.\n")
+		g.Printf("const (\n\t_ = %s.SupportPackageIsVersion1\n\t_ = %s.SupportPackageIsVersion1\n)\n", g.imports.name(dabbPath), g.imports.name(dubboPath))
+	} else {
+		g.Printf("// This file requires a dabb runtime that supports generated code version 1.\n")
+		g.Printf("const _ = %s.SupportPackageIsVersion1\n", g.imports.name(dabbPath))
+	}
 	for _, s := range svcs {
+		if s.dubbo != nil {
+			g.dubboService(s)
+			continue
+		}
 		g.service(s)
 	}
 	return formatSource(g.buf.Bytes())
@@ -329,17 +357,29 @@ func newImportSet(pkg *pkgInfo, svcs []*service) *importSet {
 	}
 	// The runtime first, so its names are the usual ones whenever possible;
 	// then the message packages in path order, so the result is stable.
+	dubbo := slices.ContainsFunc(svcs, isDubbo)
+	if dubbo {
+		for _, n := range dubboLocals {
+			s.taken[n] = true
+		}
+	}
 	s.add("context", "context")
+	if dubbo {
+		s.add("errors", "errors")
+	}
 	if slices.ContainsFunc(svcs, (*service).usesTime) {
 		s.add("time", "time")
 	}
 	s.add(dabbPath, "dabb")
 	s.add(proxyPath, "proxy")
+	if dubbo {
+		s.add(dubboPath, "dubbo")
+	}
 	// Only the codecs the services use: protobuf cannot encode a plain
 	// Go type, and a program that sends protobuf messages as JSON
 	// chooses that codec itself.
 	for _, sv := range svcs {
-		if p := sv.codecPath(); !slices.Contains(s.blank, p) {
+		if p := sv.codecPath(); p != "" && !slices.Contains(s.blank, p) {
 			s.blank = append(s.blank, p)
 		}
 	}
@@ -347,6 +387,15 @@ func newImportSet(pkg *pkgInfo, svcs []*service) *importSet {
 	type pkgRef struct{ path, name string }
 	var user []pkgRef
 	for _, sv := range svcs {
+		if sv.dubbo != nil {
+			dubboPackages(pkg.path, sv, func(path, name string) {
+				if alias, ok := pkg.aliases[path]; ok {
+					name = alias
+				}
+				user = append(user, pkgRef{path, name})
+			})
+			continue
+		}
 		for _, m := range sv.methods {
 			for _, t := range []typeRef{m.req, m.resp} {
 				if t.path == pkg.path {
@@ -416,7 +465,7 @@ func (s *importSet) print(g *generator) {
 	}
 	for _, p := range s.paths {
 		switch {
-		case p == dabbPath || p == proxyPath:
+		case p == dabbPath || p == proxyPath || p == dubboPath:
 			runtime = append(runtime, spec(p))
 		case isStd(s.goroot, p):
 			std = append(std, spec(p))
@@ -441,6 +490,9 @@ func (s *importSet) print(g *generator) {
 	}
 	g.Printf(")\n\n")
 }
+
+// isDubbo reports whether s is a //dabb:dubbo interface.
+func isDubbo(s *service) bool { return s.dubbo != nil }
 
 // lowerFirst lowers the first letter: Inventory -> inventory.
 func lowerFirst(s string) string {

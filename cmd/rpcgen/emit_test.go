@@ -24,6 +24,9 @@ type goldenCase struct {
 	// protobuf: the messages include protobuf messages, which the
 	// stand-in runtime of TestCompileShapes cannot build.
 	protobuf bool
+	// dubbo: the case has a //dabb:dubbo interface; TestCompile runs a
+	// test of its generated code over a real connection.
+	dubbo bool
 }
 
 var goldenCases = []goldenCase{
@@ -34,6 +37,7 @@ var goldenCases = []goldenCase{
 	{name: "embedded", types: []string{"Admin"}},
 	{name: "multi", types: []string{"Cars", "Trucks"}, output: "fleet_dabb.go"},
 	{name: "codecs", types: []string{"Stock", "Ledger"}, output: "codecs_dabb.go", protobuf: true},
+	{name: "dubbo", types: []string{"Shop"}, dubbo: true},
 }
 
 // TestGolden compares the generated code with testdata/<case>/<file>.golden.
@@ -253,10 +257,10 @@ func TestFormatSourceError(t *testing.T) {
 // skipped while the runtime packages do not build.
 func TestCompile(t *testing.T) {
 	goCmd := goTool(t)
-	out, err := exec.Command(goCmd, "build", dabbPath, proxyPath, protoCodecPath, jsonCodecPath).CombinedOutput()
+	out, err := exec.Command(goCmd, "build", dabbPath, proxyPath, protoCodecPath, jsonCodecPath, dubboPath).CombinedOutput()
 	if err != nil {
-		t.Skipf("skipping: the dabb runtime (%s, %s, %s, %s) does not build yet, so generated code cannot be compiled against it; TestCompileShapes still checks it against the documented API:\n%s",
-			dabbPath, proxyPath, protoCodecPath, jsonCodecPath, out)
+		t.Skipf("skipping: the dabb runtime (%s, %s, %s, %s, %s) does not build yet, so generated code cannot be compiled against it; TestCompileShapes still checks it against the documented API:\n%s",
+			dabbPath, proxyPath, protoCodecPath, jsonCodecPath, dubboPath, out)
 	}
 	// Under testdata, so that "go build ./..." ignores it, and inside the
 	// module, so that it can import the runtime.
@@ -279,6 +283,7 @@ func TestCompileShapes(t *testing.T) {
 	writeFile(t, filepath.Join(root, "proxy", "proxy.go"), shimProxy)
 	writeFile(t, filepath.Join(root, "codec", "proto", "proto.go"), "// Package proto stands in for the protobuf codec.\npackage proto\n")
 	writeFile(t, filepath.Join(root, "codec", "json", "json.go"), "// Package json stands in for the JSON codec.\npackage json\n")
+	writeFile(t, filepath.Join(root, "dubbo", "dubbo.go"), shimDubbo)
 	copyTree(t, filepath.Join("testdata", "types"), filepath.Join(root, "cmd", "rpcgen", "testdata", "types"))
 	env := append(os.Environ(), "GOWORK=off", "GOPROXY=off", "GOFLAGS=-mod=mod")
 	compileCases(t, goCmd, filepath.Join(root, "cmd", "rpcgen", "testdata", "compile"), env, false)
@@ -286,15 +291,17 @@ func TestCompileShapes(t *testing.T) {
 
 // compileCases copies each golden case into dir, runs rpcgen on it, adds a
 // loopback test to the basic case, and vets and tests the result with env.
-// Without protobuf it leaves out the cases whose messages need it.
-func compileCases(t *testing.T, goCmd, dir string, env []string, protobuf bool) {
+// With full set, dir is in this module and builds against the real runtime:
+// it also holds the cases whose messages are protobuf messages, and the
+// Dubbo case gets a test of its own over a real connection.
+func compileCases(t *testing.T, goCmd, dir string, env []string, full bool) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: skipping the compile test, which runs the go command")
 	}
 	var pkgs []string
 	for _, tc := range goldenCases {
-		if tc.protobuf && !protobuf {
+		if tc.protobuf && !full {
 			continue
 		}
 		caseDir := filepath.Join(dir, tc.name)
@@ -313,6 +320,11 @@ func compileCases(t *testing.T, goCmd, dir string, env []string, protobuf bool) 
 		pkgs = append(pkgs, "./"+tc.name)
 	}
 	writeFile(t, filepath.Join(dir, "basic", "loopback_test.go"), loopbackTest)
+	tests := []string{"./basic"}
+	if full {
+		writeFile(t, filepath.Join(dir, "dubbo", "loopback_test.go"), dubboLoopbackTest)
+		tests = append(tests, "./dubbo")
+	}
 
 	goRun := func(args ...string) {
 		t.Helper()
@@ -324,7 +336,7 @@ func compileCases(t *testing.T, goCmd, dir string, env []string, protobuf bool) 
 		}
 	}
 	goRun(append([]string{"vet"}, pkgs...)...)
-	goRun("test", "-count=1", "./basic")
+	goRun(append([]string{"test", "-count=1"}, tests...)...)
 }
 
 func goTool(t *testing.T) string {
@@ -418,6 +430,9 @@ import (
 	"time"
 )
 
+// Client is what Dubbo stubs are built from.
+type Client struct{}
+
 // Caller is what stubs hold.
 type Caller interface {
 	Invoke(ctx context.Context, service, method string, req, resp any, opts ...CallOption) error
@@ -438,6 +453,59 @@ func Idempotent() CallOption { return option{idempotent: true} }
 
 // Timeout bounds a call.
 func Timeout(d time.Duration) CallOption { return option{timeout: d} }
+`
+
+// shimDubbo declares the dubbo module's API exactly as generated Dubbo
+// code uses it.
+const shimDubbo = `// Package dubbo stands in for the dubbo module.
+package dubbo
+
+import (
+	"context"
+
+	"github.com/dabbrpc/dabb"
+	"github.com/dabbrpc/dabb/proxy"
+)
+
+// SupportPackageIsVersion1 is the generated-code version guard.
+const SupportPackageIsVersion1 = true
+
+// ServiceOption declares a Java interface.
+type ServiceOption func(*config)
+
+type config struct{ n int }
+
+// WithVersion sets the service key's version.
+func WithVersion(v string) ServiceOption { return func(c *config) { c.n++ } }
+
+// WithGroup sets the service key's group.
+func WithGroup(g string) ServiceOption { return func(c *config) { c.n++ } }
+
+// WithMethod names a method in Java and gives its types.
+func WithMethod(goName, javaName string, javaTypes ...string) ServiceOption {
+	return func(c *config) { c.n++ }
+}
+
+// WithIdempotent marks methods the client may retry.
+func WithIdempotent(goNames ...string) ServiceOption { return func(c *config) { c.n++ } }
+
+// Client calls a Java interface.
+type Client struct{}
+
+// NewClient returns a client of javaInterface declared by decl.
+func NewClient(c *proxy.Client, javaInterface string, decl any, opts ...ServiceOption) (*Client, error) {
+	return &Client{}, nil
+}
+
+// Call calls the Java method of the Go method goName.
+func (cl *Client) Call(ctx context.Context, goName string, args []any, reply any, opts ...proxy.CallOption) error {
+	return nil
+}
+
+// Service describes impl as javaInterface.
+func Service(javaInterface string, impl any, opts ...ServiceOption) (*dabb.ServiceDesc, error) {
+	return &dabb.ServiceDesc{Name: javaInterface}, nil
+}
 `
 
 // loopbackTest is added to the generated basic package: a proxy.Caller that

@@ -36,6 +36,10 @@ type service struct {
 	name    string // service name on the wire
 	file    string // base name of the file declaring the interface
 	methods []*method
+	// dubbo is the Java interface of //dabb:dubbo: the interface is
+	// served and called in Dubbo's protocol, and its methods have the
+	// Dubbo form. Nil for a dabb service.
+	dubbo *dubboDecl
 }
 
 // method is one RPC method of a service.
@@ -45,6 +49,8 @@ type method struct {
 	req, resp  typeRef
 	idempotent bool
 	timeout    time.Duration
+	dubbo      *dubboSig // the signature, in a Dubbo interface
+	java       *javaDecl // //dabb:java, in a Dubbo interface
 }
 
 // typeRef names a message type: T in *T.
@@ -58,8 +64,11 @@ type typeRef struct {
 // codecPath is the package of the codec the messages of s need: the
 // protobuf codec, the client's default, when every message is a protobuf
 // message, and the JSON codec otherwise, the one of dabb's that encodes
-// plain Go types.
+// plain Go types. A Dubbo interface needs none ("").
 func (s *service) codecPath() string {
+	if s.dubbo != nil {
+		return ""
+	}
 	for _, m := range s.methods {
 		if !m.req.proto || !m.resp.proto {
 			return jsonCodecPath

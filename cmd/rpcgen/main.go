@@ -56,6 +56,7 @@
 // In the interface's doc comment:
 //
 //	//dabb:service name   the service name; default <package name>.<Interface>
+//	//dabb:dubbo name     a Java interface: see "Dubbo interfaces"
 //
 // A service name must be one the registry accepts (registry.ValidateService).
 // It is not empty, "." or "..", and has no '/' or control characters.
@@ -67,6 +68,44 @@
 // Unknown directives are errors, so a typo cannot be ignored silently. So
 // are directives anywhere else inside the interface or above a group of
 // types, and lines like "// dabb:idempotent", with a space after the slashes.
+//
+// # Dubbo interfaces
+//
+// An interface whose doc comment holds
+//
+//	//dabb:dubbo com.example.inventory.InventoryService [version=V] [group=G]
+//
+// declares a Java interface, served to and called from Dubbo in hessian2
+// through the dubbo module (github.com/dabbrpc/dabb/dubbo). Its methods
+// have the form
+//
+//	Name(ctx context.Context, args...) (R, error)
+//	Name(ctx context.Context, args...) error   // a void Java method
+//
+// The arguments and the result are Go types the dubbo module maps to Java
+// (dubbo.JavaType): rpcgen refuses those it never maps, such as unsigned
+// integers, arrays and channels. A method's doc comment may also hold
+//
+//	//dabb:java deduct             the Java method name; default the Go name
+//	                              with a lower-case first letter
+//	//dabb:java deduct(long,int)   the name and the Java parameter types;
+//	                              default the dubbo module's table
+//
+// and //dabb:idempotent and //dabb:timeout, as above. //dabb:dubbo and
+// //dabb:service exclude each other. For InventoryService the generated
+// file declares the Dubbo code only:
+//
+//	const InventoryServiceJavaInterface = "com.example.inventory.InventoryService"
+//	func InventoryServiceDubboOptions() []dubbo.ServiceOption
+//	func NewInventoryServiceDubboClient(c *proxy.Client, opts ...dubbo.ServiceOption) (InventoryService, error)
+//	func RegisterInventoryServiceDubboServer(s *dabb.Server, impl InventoryService, opts ...dubbo.ServiceOption) error
+//
+// The options are the declaration: version, group, //dabb:java names and
+// types, and the idempotent methods. The client and the registration take
+// them first and opts after. The client's methods call dubbo.Client.Call
+// with the method's timeout. The registration serves the interface's
+// methods and no others. Only a file with a Dubbo interface imports the
+// dubbo module, and it imports no codec.
 //
 // # Usage
 //

@@ -147,11 +147,27 @@ func (w *walker) serviceDirectives(p *packages.Package, cg *ast.CommentGroup) {
 			}
 			w.named = true
 			w.svc.name = d.args[0]
-		case "idempotent", "timeout":
+		case "dubbo":
+			dd, err := parseDubbo(d.args)
+			switch {
+			case err != nil:
+				w.fail(posErr(d.pos, "type %s: //dabb:dubbo: %v", w.svc.iface, err))
+				// Its methods are still checked in the Dubbo form.
+				w.svc.dubbo = &dubboDecl{}
+			case w.svc.dubbo != nil:
+				w.fail(posErr(d.pos, "type %s: //dabb:dubbo given twice", w.svc.iface))
+			default:
+				w.svc.dubbo = dd
+				w.svc.name = dd.iface
+			}
+		case "idempotent", "timeout", "java":
 			w.fail(posErr(d.pos, "type %s: //dabb:%s belongs in a method's doc comment", w.svc.iface, d.name))
 		default:
-			w.fail(posErr(d.pos, "type %s: unknown directive //dabb:%s (want //dabb:service)", w.svc.iface, d.name))
+			w.fail(posErr(d.pos, "type %s: unknown directive //dabb:%s (want //dabb:service or //dabb:dubbo)", w.svc.iface, d.name))
 		}
+	}
+	if w.named && w.svc.dubbo != nil {
+		w.fail(posErr(directives(p, cg)[0].pos, "type %s: //dabb:service and //dabb:dubbo exclude each other: a Dubbo interface is named by its Java interface", w.svc.iface))
 	}
 }
 
@@ -336,17 +352,32 @@ func (w *walker) method(p *packages.Package, f *ast.Field, via string, site *tok
 				continue
 			}
 			m.timeout = dur
-		case "service":
-			w.fail(posErr(dpos, "method %s: //dabb:service belongs in the interface's doc comment", label))
+		case "java":
+			if w.svc.dubbo == nil {
+				w.fail(posErr(dpos, "method %s: //dabb:java is for the methods of a Dubbo interface: add //dabb:dubbo to the interface's doc comment", label))
+				continue
+			}
+			if m.java != nil {
+				w.fail(posErr(dpos, "method %s: //dabb:java given twice", label))
+				continue
+			}
+			j, err := parseJava(d.argText)
+			if err != nil {
+				w.fail(posErr(dpos, "method %s: //dabb:java: %v", label, err))
+				continue
+			}
+			m.java = j
+		case "service", "dubbo":
+			w.fail(posErr(dpos, "method %s: //dabb:%s belongs in the interface's doc comment", label, d.name))
 		default:
-			w.fail(posErr(dpos, "method %s: unknown directive //dabb:%s (want //dabb:idempotent or //dabb:timeout)", label, d.name))
+			w.fail(posErr(dpos, "method %s: unknown directive //dabb:%s (want //dabb:idempotent, //dabb:timeout or //dabb:java)", label, d.name))
 		}
 	}
 
 	if prev, ok := w.seen[name]; ok {
 		// The same method reached twice through embedding: the first one
 		// counts, and the directives must agree.
-		if prev != nil && (prev.idempotent != m.idempotent || prev.timeout != m.timeout) {
+		if prev != nil && (prev.idempotent != m.idempotent || prev.timeout != m.timeout || prev.java.String() != m.java.String()) {
 			bad("declared twice with different //dabb: directives")
 		}
 		return
@@ -361,12 +392,24 @@ func (w *walker) method(p *packages.Package, f *ast.Field, via string, site *tok
 		bad("does not type-check%s", typeErrors(p))
 		return
 	}
-	req, resp, problem := checkSignature(w.l.root.PkgPath, p, fn.Type().(*types.Signature))
-	if problem != "" {
-		bad("%s", problem)
-		return
+	if w.svc.dubbo != nil {
+		sig, problem := checkDubboSignature(w.l.root.PkgPath, p, fn.Type().(*types.Signature), m.java != nil && m.java.typed)
+		if problem == "" && m.java != nil && m.java.typed && len(m.java.types) != len(sig.params) {
+			problem = fmt.Sprintf("//dabb:java %s: %d Java types for %d parameters after the context", m.java, len(m.java.types), len(sig.params))
+		}
+		if problem != "" {
+			bad("%s", problem)
+			return
+		}
+		m.dubbo = sig
+	} else {
+		req, resp, problem := checkSignature(w.l.root.PkgPath, p, fn.Type().(*types.Signature))
+		if problem != "" {
+			bad("%s", problem)
+			return
+		}
+		m.req, m.resp = req, resp
 	}
-	m.req, m.resp = req, resp
 	w.seen[name] = m
 	if !w.bad {
 		w.svc.methods = append(w.svc.methods, m)

@@ -14,13 +14,31 @@ import (
 	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 )
 
-// The Java names of the demo's Dubbo export.
-const (
-	// javaInterface is the Java interface the demo serves in a Dubbo estate.
-	javaInterface = "com.example.inventory.InventoryService"
-	// javaApplication is the application name its provider URL carries.
-	javaApplication = "dabb-inventory"
-)
+//go:generate go run github.com/dabbrpc/dabb/cmd/rpcgen -type InventoryService
+
+// javaApplication is the application name the demo's provider URL carries.
+const javaApplication = "dabb-inventory"
+
+// InventoryService is the demo's Java face, the Dubbo declaration that
+// inventoryservice_dabb.go serves and calls. A Java sku is the decimal
+// form of the store's sku: 10086 is "10086".
+//
+//dabb:dubbo com.example.inventory.InventoryService
+type InventoryService interface {
+	// Deduct is boolean deduct(long sku, int count): true when deducted,
+	// false when the stock is short.
+	Deduct(ctx context.Context, sku int64, count int32) (bool, error)
+
+	// Stock is long stock(long sku): the units of sku left.
+	//dabb:idempotent
+	Stock(ctx context.Context, sku int64) (int64, error)
+
+	// DeductOnce is DeductReply deductOnce(DeductRequest req): a repeated
+	// requestId deducts nothing and answers the first reply with
+	// duplicate set.
+	//dabb:idempotent
+	DeductOnce(ctx context.Context, req *DeductRequest) (*DeductReply, error)
+}
 
 // DeductRequest is com.example.inventory.DeductRequest
 // {String sku; int count; String requestId}.
@@ -46,10 +64,7 @@ func init() {
 	}
 }
 
-// javaInventory serves the store to Java: boolean deduct(long sku, int
-// count), long stock(long sku) and DeductReply deductOnce(DeductRequest
-// req). A Java sku is the decimal form of the store's sku: 10086 is
-// "10086".
+// javaInventory is InventoryService over the store.
 type javaInventory struct {
 	store inventory.Inventory
 }
@@ -93,10 +108,5 @@ func isDubboRegistry(url string) bool { return strings.HasPrefix(url, "zookeeper
 
 // registerJava adds the Java interface to srv, serving store.
 func registerJava(srv *dabb.Server, store inventory.Inventory) error {
-	impl := javaInventory{store}
-	desc, err := dubbo.Service(javaInterface, impl, dubbo.WithApplication(javaApplication))
-	if err != nil {
-		return err
-	}
-	return srv.RegisterService(desc, impl)
+	return RegisterInventoryServiceDubboServer(srv, javaInventory{store}, dubbo.WithApplication(javaApplication))
 }

@@ -470,7 +470,7 @@ func runServer(ctx context.Context, w io.Writer, cfg config) error {
 		if err := registerJava(srv, store); err != nil {
 			return err
 		}
-		names += " and " + javaInterface + " (Dubbo, hessian2)"
+		names += " and " + InventoryServiceJavaInterface + " (Dubbo, hessian2)"
 	}
 	l, err := net.Listen("tcp", cfg.addr)
 	if err != nil {

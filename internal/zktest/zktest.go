@@ -87,6 +87,33 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+// StartWithTick is Start for a server whose tickTime is tick and whose
+// session timeouts are bounded as ZooKeeper bounds them by default, by 2
+// and 20 ticks (Start's accept 400 ms to 60 s).
+func StartWithTick(t testing.TB, tick time.Duration) *Server {
+	t.Helper()
+	java, cp := install(t)
+	ports, err := proctest.FreePorts(1, 2181)
+	if err != nil {
+		t.Fatalf("zktest: %v", err)
+	}
+	ms := int(tick / time.Millisecond)
+	// Later lines of zoo.cfg override earlier ones.
+	s, err := newConfigured(java, cp, ports[0], []string{
+		"tickTime=" + strconv.Itoa(ms),
+		"minSessionTimeout=" + strconv.Itoa(2*ms),
+		"maxSessionTimeout=" + strconv.Itoa(20*ms),
+	})
+	if err != nil {
+		t.Fatalf("zktest: %v", err)
+	}
+	t.Cleanup(s.destroy)
+	if err := s.start(); err != nil {
+		t.Fatalf("zktest: %v", err)
+	}
+	return s
+}
+
 var shared proctest.Shared[Server]
 
 // Shared returns the package's shared server, starting it on first use. It

@@ -230,3 +230,38 @@ func (c *handshakeConn) Close() error {
 	c.d.mu.Unlock()
 	return c.Conn.Close()
 }
+
+// Dialer makes a ZooKeeper client's TCP connections as Registry makes its
+// own, for a package that keeps a client of its own (the dubbo module's
+// reader): each session handshake is bounded by the session timeout
+// divided by the number of servers (at least 500 ms), the session timeout
+// ZooKeeper granted is read out of the connect response, and CloseAll
+// cuts the connections still open. Pass Dial to the client with
+// zk.WithDialer. It is safe for concurrent use.
+type Dialer struct{ d *dialer }
+
+// NewDialer returns a Dialer for a client of servers servers that asks
+// for sessionTimeout.
+func NewDialer(sessionTimeout time.Duration, servers int) *Dialer {
+	return &Dialer{newDialer(sessionTimeout, servers)}
+}
+
+// Dial has the signature of the client library's Dialer.
+func (d *Dialer) Dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	return d.d.dial(network, addr, timeout)
+}
+
+// SessionTimeout returns the session timeout ZooKeeper granted for the
+// latest session, or 0 before the first.
+func (d *Dialer) SessionTimeout() time.Duration { return d.d.sessionTimeout() }
+
+// LastFailure returns what ended the latest connection, or the error of
+// the latest attempt to make one; nil while the latest connection is
+// open, after the client closed it, or before any attempt.
+func (d *Dialer) LastFailure() error { return d.d.lastFailure() }
+
+// CloseAll closes every open connection and refuses new ones. Call it
+// after closing the client: the client's Close does not end a handshake
+// in progress, which would otherwise run to the library's own bound, ten
+// times two thirds of the session timeout.
+func (d *Dialer) CloseAll() { d.d.closeAll() }

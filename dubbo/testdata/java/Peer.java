@@ -5,6 +5,7 @@ import com.example.inventory.DeductRequest;
 import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.lang.reflect.Array;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -19,7 +20,11 @@ import org.apache.dubbo.rpc.service.GenericException;
  * Java Dubbo's DubboCodec, DecodeableRpcInvocation and DecodeableRpcResult:
  * strings with readString/writeString (Dubbo's readUTF/writeUTF), the result
  * flag with readInt/writeInt (Dubbo's readByte/writeByte), values and the
- * attachments map with readObject/writeObject.
+ * attachments map with readObject/writeObject. A request's arguments are
+ * read by the classes of its descriptor (String[] and Object[] for
+ * $invoke); a $invoke's arguments are then made values of the types it
+ * names, a POJO's map an object of its class, as a provider's generic
+ * filter makes them.
  *
  * java Peer (request FILE | response FILE | error FILE | write DIR)...
  */
@@ -72,11 +77,56 @@ public class Peer {
         String method = in.readString(), desc = in.readString();
         System.out.println("request dubbo=" + dubbo + " path=" + path + " version=" + version
                 + " method=" + method + " types=" + desc);
+        List<Object> args = new ArrayList<>();
         for (Class<?> t : types(desc)) {
             Object arg = in.readObject(t);
-            System.out.println("arg " + (arg == null ? "null" : arg.getClass().getName() + " " + arg));
+            if (arg != null && !t.isPrimitive() && !t.isInstance(arg)) {
+                throw new IOException("argument " + describe(arg) + " is no " + t.getName());
+            }
+            System.out.println("arg " + describe(arg));
+            args.add(arg);
         }
         System.out.println("attachments " + sorted(in.readObject(Map.class)));
+        if (method.equals("$invoke")) {
+            // What a provider's generic filter then does: each argument
+            // made a value of its named type, a POJO's map an object of
+            // the class it names.
+            String[] names = (String[]) args.get(1);
+            Object[] values = (Object[]) args.get(2);
+            if (names.length != values.length) {
+                throw new IOException(names.length + " types for " + values.length + " arguments");
+            }
+            for (int i = 0; i < names.length; i++) {
+                System.out.println("realized " + describe(realize(values[i], names[i])));
+            }
+        }
+    }
+
+    /** v as a value of the Java type named name, as Dubbo's PojoUtils.realize makes it, for the types used here. */
+    static Object realize(Object v, String name) throws Exception {
+        switch (name) {
+            case "long": return ((Number) v).longValue();
+            case "int": return ((Number) v).intValue();
+            case "boolean": return (Boolean) v;
+            case "double": return ((Number) v).doubleValue();
+            default: break;
+        }
+        Class<?> type = Class.forName(name);
+        if (!(v instanceof Map<?, ?> m)) {
+            return type.cast(v);
+        }
+        Class<?> cls = m.containsKey("class") ? Class.forName((String) m.get("class")) : type;
+        if (!type.isAssignableFrom(cls)) {
+            throw new IOException("class " + cls.getName() + " is no " + name);
+        }
+        Object pojo = cls.getDeclaredConstructor().newInstance();
+        for (Map.Entry<?, ?> e : m.entrySet()) {
+            if (e.getKey().equals("class")) continue;
+            java.lang.reflect.Field f = cls.getDeclaredField((String) e.getKey());
+            f.setAccessible(true);
+            f.set(pojo, realize(e.getValue(), f.getType().getName()));
+        }
+        return pojo;
     }
 
     static void response(byte[] body) throws Exception {
@@ -103,6 +153,31 @@ public class Peer {
         if (flag >= 3) {
             System.out.println("attachments " + sorted(in.readObject(Map.class)));
         }
+    }
+
+    /**
+     * A value as its class and text; arrays, lists and maps element by
+     * element, a map's entries sorted by key, so that the text is the same
+     * from one run to the next.
+     */
+    static String describe(Object v) {
+        if (v == null) return "null";
+        if (v.getClass().isArray()) {
+            List<String> parts = new ArrayList<>();
+            for (int i = 0; i < Array.getLength(v); i++) parts.add(describe(Array.get(v, i)));
+            return v.getClass().getComponentType().getName() + "[] " + parts;
+        }
+        if (v instanceof List<?> l) {
+            List<String> parts = new ArrayList<>();
+            for (Object x : l) parts.add(describe(x));
+            return v.getClass().getName() + " " + parts;
+        }
+        if (v instanceof Map<?, ?> m) {
+            Map<String, String> parts = new TreeMap<>();
+            m.forEach((k, x) -> parts.put(String.valueOf(k), describe(x)));
+            return v.getClass().getName() + " " + parts;
+        }
+        return v.getClass().getName() + " " + v;
     }
 
     static String sorted(Object m) {
