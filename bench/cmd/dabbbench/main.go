@@ -1,6 +1,6 @@
 // Command dabbbench runs the benchmark workload, a 581-byte protobuf echo,
-// on dabb and its peers (gRPC-Go, rpcx, net/rpc, Kitex and a raw-TCP
-// reference) and writes one table of calls/s, latency and CPU per call.
+// on dabb and its peers (gRPC-Go, rpcx, net/rpc, Kitex and two raw-TCP
+// references) and writes one table of calls/s, latency and CPU per call.
 //
 //	cd bench && go run ./cmd/dabbbench                   # every framework, c = 1,16,128,1024
 //	go run ./cmd/dabbbench -frameworks dabb,grpc -c 1,128 -duration 3s
