@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strings"
 
 	"github.com/dabbrpc/dabb/bench/frameworks"
 	benchpb "github.com/dabbrpc/dabb/bench/proto"
@@ -15,6 +17,15 @@ import (
 // warmupTries bounds the calls callsMain makes before a first one
 // succeeds.
 const warmupTries = 20
+
+// callsMode reports whether args ask for the fixed-count client: -calls
+// in any of the flag package's spellings (-calls N, --calls=N).
+func callsMode(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		return strings.HasPrefix(a, "-") && name == "calls"
+	})
+}
 
 // callsMain runs the fixed-count client: args are its flags. It dials the
 // server of -framework at -addr (a server process started with -server),

@@ -83,3 +83,21 @@ func TestCallsMain(t *testing.T) {
 		})
 	}
 }
+
+func TestCallsMode(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"-calls", "5"}, true},
+		{[]string{"-framework", "raw", "--calls=5"}, true},
+		{[]string{"-calls=5"}, true},
+		{[]string{"-frameworks", "raw"}, false},
+		{[]string{"-callsx", "5"}, false},
+		{[]string{"-out", "calls"}, false},
+	} {
+		if got := callsMode(tc.args); got != tc.want {
+			t.Errorf("callsMode(%q) = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}

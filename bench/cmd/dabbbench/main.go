@@ -63,7 +63,7 @@ func main() {
 		}
 		return
 	}
-	if slices.Contains(os.Args[1:], "-calls") {
+	if callsMode(os.Args[1:]) {
 		if err := callsMain(os.Args[1:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
