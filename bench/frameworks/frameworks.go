@@ -66,7 +66,7 @@ type Client interface {
 
 // All lists the frameworks a run takes by default, in table order.
 func All() []Framework {
-	return []Framework{Dabb(), DabbIdempotent(), GRPC(), RPCX(), NetRPC(), Kitex(), KitexPool(), Raw()}
+	return []Framework{Dabb(), DabbIdempotent(), GRPC(), RPCX(), NetRPC(), Kitex(), KitexPool(), Raw(), RawConn()}
 }
 
 // Extra lists the frameworks a run takes only when named: dabb and gRPC

@@ -81,7 +81,7 @@ func TestLookup(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ok   bool
-	}{{"dabb", true}, {"raw", true}, {"dabb-tls", true}, {"grpc-tls", true}, {"thrift", false}} {
+	}{{"dabb", true}, {"raw", true}, {"raw-conn", true}, {"dabb-tls", true}, {"grpc-tls", true}, {"thrift", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := Lookup(tc.name)
 			if tc.ok && (err != nil || f.Name != tc.name) {

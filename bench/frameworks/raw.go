@@ -15,15 +15,17 @@ import (
 	benchpb "github.com/dabbrpc/dabb/bench/proto"
 )
 
-// Raw is the reference for what this machine can do: no framework, one
-// shared TCP connection carrying length-prefixed frames tagged with request
-// ids, a single writer goroutine per side that batches whatever frames are
-// queued into one write, and the handler run inline on the server's reader
-// goroutine. Same protobuf message as the others.
+// Raw is the reference for what this machine can do with one shared
+// connection: no framework, length-prefixed frames tagged with request ids,
+// no writer goroutine on either side. The server runs the handler inline on
+// the connection's reading goroutine and answers every request of a read
+// burst with one write. A client's callers append their frames to a shared
+// buffer, and the first of them writes it for all; one reader goroutine
+// hands each answer to its caller. Same protobuf message as the others.
 func Raw() Framework {
 	return Framework{
 		Name:  "raw",
-		Setup: "raw TCP reference: 1 shared conn, [len][id][protobuf] frames, batching writer, inline handler",
+		Setup: "raw TCP reference: 1 shared conn, [len][id][protobuf] frames, callers write in turn, inline handler answering each read burst with one write",
 		Serve: serveRaw,
 		Dial:  dialRaw,
 	}
@@ -66,42 +68,15 @@ func putHeader(frame []byte, id uint64) {
 	binary.BigEndian.PutUint64(frame[4:rawHeader], id)
 }
 
-// batchWrite writes the frames arriving on q until quit closes: each write
-// takes every frame queued at that moment. done, if not nil, gets each
-// frame after it is written. It closes conn on a write error.
-func batchWrite(conn net.Conn, q <-chan []byte, quit <-chan struct{}, done func([]byte)) {
-	bw := bufio.NewWriterSize(conn, rawBufSize)
-	for {
-		var frame []byte
-		select {
-		case frame = <-q:
-		case <-quit:
-			return
-		}
-		_, err := bw.Write(frame)
-		if done != nil {
-			done(frame)
-		}
-	drain:
-		for err == nil {
-			select {
-			case frame = <-q:
-				_, err = bw.Write(frame)
-				if done != nil {
-					done(frame)
-				}
-			default:
-				break drain
-			}
-		}
-		if err == nil {
-			err = bw.Flush()
-		}
-		if err != nil {
-			conn.Close()
-			return
-		}
+// frameBuffered reports whether r holds a whole frame, so that reading it
+// does not block.
+func frameBuffered(r *bufio.Reader) bool {
+	n := r.Buffered()
+	if n < rawHeader {
+		return false
 	}
+	hdr, err := r.Peek(rawHeader)
+	return err == nil && n >= 4+int(binary.BigEndian.Uint32(hdr[:4]))
 }
 
 type rawServer struct {
@@ -109,12 +84,10 @@ type rawServer struct {
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
-	bufs  sync.Pool // *[]byte reply frames
 }
 
 func serveRaw(l net.Listener) (io.Closer, error) {
 	s := &rawServer{l: l, conns: make(map[net.Conn]struct{})}
-	s.bufs.New = func() any { b := make([]byte, 0, 1024); return &b }
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -133,52 +106,47 @@ func serveRaw(l net.Listener) (io.Closer, error) {
 	return s, nil
 }
 
+// serveConn answers the frames of conn until it fails: each request's
+// answer is appended to out, and out is written once no whole frame is
+// left in the read buffer.
 func (s *rawServer) serveConn(conn net.Conn) {
-	defer s.wg.Done()
-	q := make(chan []byte, 1024)
-	quit := make(chan struct{})
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		batchWrite(conn, q, quit, func(frame []byte) {
-			frame = frame[:0]
-			s.bufs.Put(&frame)
-		})
-	}()
 	defer func() {
-		close(quit)
-		<-writerDone
 		conn.Close()
 		s.mu.Lock()
 		delete(s.conns, conn)
 		s.mu.Unlock()
+		s.wg.Done()
 	}()
 	br := bufio.NewReaderSize(conn, rawBufSize)
 	var hdr [rawHeader]byte
-	var buf []byte
+	var in, out []byte
 	msg := new(benchpb.BenchmarkMessage)
 	for {
-		id, payload, err := readFrame(br, &hdr, buf)
-		buf = payload
+		id, payload, err := readFrame(br, &hdr, in)
+		in = payload
 		if err != nil {
 			return
 		}
-		// The handler, inline: decode, answer, encode.
 		if err := proto.Unmarshal(payload, msg); err != nil {
 			return
 		}
 		benchpb.Answer(msg)
-		bp := s.bufs.Get().(*[]byte)
-		frame, err := proto.MarshalOptions{}.MarshalAppend(append((*bp)[:0], hdr[:]...), msg)
+		start := len(out)
+		out, err = proto.MarshalOptions{}.MarshalAppend(append(out, hdr[:]...), msg)
 		if err != nil {
 			return
 		}
-		putHeader(frame, id)
-		select {
-		case q <- frame:
-		case <-writerDone:
+		putHeader(out[start:], id)
+		// Write at the end of the burst: when the next read would block.
+		// A part of a frame counts as nothing buffered, so no answer waits
+		// on a frame the client is still writing.
+		if frameBuffered(br) && len(out) < rawBufSize {
+			continue
+		}
+		if _, err := conn.Write(out); err != nil {
 			return
 		}
+		out = out[:0]
 	}
 }
 
@@ -206,14 +174,15 @@ type rawCall struct {
 
 type rawClient struct {
 	conn net.Conn
-	q    chan []byte
-	quit chan struct{}
-	wg   sync.WaitGroup
+	wg   sync.WaitGroup // the reader
 
-	mu      sync.Mutex // guards following
-	pending map[uint64]*rawCall
-	next    uint64
-	err     error
+	mu       sync.Mutex // guards following
+	pending  map[uint64]*rawCall
+	next     uint64
+	err      error  // set once the reader has stopped
+	wbuf     []byte // frames waiting to be written
+	spare    []byte // the other write buffer, while not being written
+	flushing bool   // a caller is writing wbuf
 
 	calls sync.Pool // *rawCall
 }
@@ -223,14 +192,15 @@ func dialRaw(addr string) (Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("frameworks: raw: dial %s: %w", addr, err)
 	}
-	c := &rawClient{conn: conn, q: make(chan []byte, 1024), quit: make(chan struct{}), pending: make(map[uint64]*rawCall)}
+	c := &rawClient{conn: conn, pending: make(map[uint64]*rawCall)}
 	c.calls.New = func() any { return &rawCall{done: make(chan struct{}, 1)} }
-	c.wg.Add(2)
-	go func() { defer c.wg.Done(); batchWrite(conn, c.q, c.quit, nil) }()
+	c.wg.Add(1)
 	go func() { defer c.wg.Done(); c.read() }()
 	return c, nil
 }
 
+// read hands each answer to its call until the connection fails, then
+// fails every call still pending.
 func (c *rawClient) read() {
 	br := bufio.NewReaderSize(c.conn, rawBufSize)
 	var hdr [rawHeader]byte
@@ -282,6 +252,27 @@ func (c *rawClient) read() {
 	c.mu.Unlock()
 }
 
+// flush writes wbuf until no frame is left; the caller holds mu and has
+// set flushing, and flush returns with mu unlocked. Frames appended while
+// it writes go out with its next write. A write error closes the
+// connection: the reader then fails every pending call.
+func (c *rawClient) flush() {
+	for len(c.wbuf) > 0 {
+		buf := c.wbuf
+		c.wbuf = c.spare[:0]
+		c.mu.Unlock()
+		_, err := c.conn.Write(buf)
+		c.mu.Lock()
+		c.spare = buf[:0]
+		if err != nil {
+			c.conn.Close()
+			c.wbuf = c.wbuf[:0]
+		}
+	}
+	c.flushing = false
+	c.mu.Unlock()
+}
+
 func (c *rawClient) Echo(ctx context.Context, req *benchpb.BenchmarkMessage) (*benchpb.BenchmarkMessage, error) {
 	call := c.calls.Get().(*rawCall)
 	frame, err := proto.MarshalOptions{}.MarshalAppend(append(call.frame[:0], make([]byte, rawHeader)...), req)
@@ -299,12 +290,15 @@ func (c *rawClient) Echo(ctx context.Context, req *benchpb.BenchmarkMessage) (*b
 	c.next++
 	id := c.next
 	c.pending[id] = call
-	c.mu.Unlock()
 	putHeader(frame, id)
-	select {
-	case c.q <- frame:
-	case <-c.quit:
-		return nil, ErrRawClosed // call stays in pending; the reader fails it
+	c.wbuf = append(c.wbuf, frame...)
+	if c.flushing {
+		c.mu.Unlock()
+	} else {
+		// No caller is writing: this one writes, its frame and whatever
+		// others append meanwhile.
+		c.flushing = true
+		c.flush()
 	}
 	select {
 	case <-call.done:
@@ -316,7 +310,8 @@ func (c *rawClient) Echo(ctx context.Context, req *benchpb.BenchmarkMessage) (*b
 		if !mine { // the reply is being delivered: wait for it
 			<-call.done
 		}
-		// The writer may still hold the frame: drop the call.
+		call.err = nil
+		c.calls.Put(call)
 		return nil, ctx.Err()
 	}
 	if call.err != nil {
@@ -324,7 +319,6 @@ func (c *rawClient) Echo(ctx context.Context, req *benchpb.BenchmarkMessage) (*b
 	}
 	reply := new(benchpb.BenchmarkMessage)
 	err = proto.Unmarshal(call.resp, reply)
-	call.err = nil
 	c.calls.Put(call)
 	if err != nil {
 		return nil, fmt.Errorf("frameworks: raw: decode: %w", err)
@@ -333,7 +327,6 @@ func (c *rawClient) Echo(ctx context.Context, req *benchpb.BenchmarkMessage) (*b
 }
 
 func (c *rawClient) Close() error {
-	close(c.quit)
 	err := c.conn.Close()
 	c.wg.Wait()
 	return err

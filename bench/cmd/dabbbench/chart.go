@@ -23,7 +23,7 @@ const (
 )
 
 var colors = map[string]string{
-	"dabb": "#d62728", "dabb-idem": "#e377c2", "grpc": "#1f77b4", "rpcx": "#2ca02c", "netrpc": "#9467bd", "kitex": "#ff7f0e", "kitex-pool": "#bcbd22", "raw": "#555555",
+	"dabb": "#d62728", "dabb-idem": "#e377c2", "grpc": "#1f77b4", "rpcx": "#2ca02c", "netrpc": "#9467bd", "kitex": "#ff7f0e", "kitex-pool": "#bcbd22", "raw": "#555555", "raw-conn": "#aaaaaa",
 }
 
 func esc(s string) string {
@@ -92,10 +92,10 @@ func color(name string) string {
 }
 
 // dash returns the stroke pattern of framework name's line: dashed for
-// raw, dotted for a TLS variant, solid for the rest.
+// the raw references, dotted for a TLS variant, solid for the rest.
 func dash(name string) string {
 	switch {
-	case name == "raw":
+	case name == "raw" || name == "raw-conn":
 		return ` stroke-dasharray="6 4"`
 	case strings.HasSuffix(name, "-tls"):
 		return ` stroke-dasharray="2 3"`

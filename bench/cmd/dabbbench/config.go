@@ -59,6 +59,7 @@ func parseFlags(args []string) (config, error) {
 	profile := fs.String("cpuprofile", "", "directory to write CPU profiles to: <framework>-server.pprof for each server, and one of the client process, all-client.pprof (<framework>-client.pprof with one framework)")
 	fs.Bool("server", false, "run as a framework's server process (used by the command itself)")
 	fs.String("framework", "", "with -server: the framework to serve")
+	fs.Int("calls", 0, "with -framework and -addr: run as a client alone that makes this many calls, one after the other, to that framework's server at that address (scripts/instructions.sh)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}

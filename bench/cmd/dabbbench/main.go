@@ -1,6 +1,6 @@
 // Command dabbbench runs the benchmark workload, a 581-byte protobuf echo,
-// on dabb and its peers (gRPC-Go, rpcx, net/rpc, Kitex and a raw-TCP
-// reference) and writes one table of calls/s, latency and CPU per call.
+// on dabb and its peers (gRPC-Go, rpcx, net/rpc, Kitex and two raw-TCP
+// references) and writes one table of calls/s, latency and CPU per call.
 //
 //	cd bench && go run ./cmd/dabbbench                   # every framework, c = 1,16,128,1024
 //	go run ./cmd/dabbbench -frameworks dabb,grpc -c 1,128 -duration 3s
@@ -32,6 +32,11 @@
 // which runs every framework's client in turn, writes all-client.pprof
 // (<framework>-client.pprof when there is one framework).
 //
+// With -calls N -framework F -addr HOST:PORT, the command is a client
+// alone: it makes N calls, one after the other, to F's server at that
+// address (a process started with -server -framework F) and exits;
+// scripts/instructions.sh counts the instructions of both processes.
+//
 // With -allocs (the default), after the sweep the command runs the
 // in-process benchmarks of the bench module (go test -bench, client and
 // server in one process) and adds allocations per call, with the
@@ -53,6 +58,13 @@ import (
 func main() {
 	if os.Getenv(roleEnv) == "server" || slices.Contains(os.Args[1:], "-server") {
 		if err := serverMain(os.Args[1:], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if callsMode(os.Args[1:]) {
+		if err := callsMain(os.Args[1:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

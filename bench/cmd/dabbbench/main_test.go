@@ -46,7 +46,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| dabb |", "| dabb-idem |", "| grpc |", "| rpcx |", "| netrpc |", "| kitex |", "| kitex-pool |", "| raw |", "c=4", "1 MiB calls",
+	for _, want := range []string{"| dabb |", "| dabb-idem |", "| grpc |", "| rpcx |", "| netrpc |", "| kitex |", "| kitex-pool |", "| raw |", "| raw-conn |", "c=4", "1 MiB calls",
 		"median of 2 rounds; frameworks interleaved per point"} {
 		if !bytes.Contains(md, []byte(want)) {
 			t.Errorf("bench.md lacks %q:\n%s", want, md)

@@ -16,7 +16,7 @@ const (
 
 // writeTargets writes dabb's standing against the goals it is built to,
 // all relative to peers measured in the same run: the default path's
-// calls/s against the raw reference and every peer, its rise from c=128 to
+// calls/s against the raw references and every peer, its rise from c=128 to
 // c=1024, CPU per call, the large-payload point, and the allocations per
 // call over the codec floor. Lines whose points were not measured are left
 // out.
@@ -48,6 +48,11 @@ func writeTargets(w io.Writer, res *results) {
 			check(fmt.Sprintf("c=%d calls/s, dabb ÷ raw", t.c), d/r, t.target, true, "×")
 		}
 	}
+	if d, ok1 := rate("dabb", 1); ok1 {
+		if r, ok2 := rate("raw-conn", 1); ok2 && r > 0 {
+			check("c=1 calls/s, dabb ÷ raw-conn", d/r, 0.8, true, "×")
+		}
+	}
 	if hi, ok1 := rate("dabb", 1024); ok1 {
 		if lo, ok2 := rate("dabb", 128); ok2 && lo > 0 {
 			check("calls/s at c=1024 ÷ at c=128 (dabb)", hi/lo, 1, true, "×")
@@ -60,7 +65,7 @@ func writeTargets(w io.Writer, res *results) {
 		}
 		best, bestRate := "", 0.0
 		for _, f := range res.cfg.frameworks {
-			if f.Name == "raw" || strings.HasPrefix(f.Name, "dabb") || f.TLS {
+			if f.Name == "raw" || f.Name == "raw-conn" || strings.HasPrefix(f.Name, "dabb") || f.TLS {
 				continue
 			}
 			if q, ok := rate(f.Name, c); ok && q > bestRate {

@@ -6,12 +6,13 @@ import (
 	"time"
 )
 
-// TestWriteTargets: the default path against raw at each concurrency, the
-// rise from c=128 to c=1024, dabb against the fastest peer at each point
-// (Kitex's pooled client included, TLS rows and dabb's own rows not), CPU
+// TestWriteTargets: the default path against raw at each concurrency and
+// against raw-conn at c=1, the rise from c=128 to c=1024, dabb against the fastest peer at each point
+// (Kitex's pooled client included, TLS rows, dabb's own rows and the raw
+// references not), CPU
 // per call, and the large-payload point against gRPC's.
 func TestWriteTargets(t *testing.T) {
-	cfg, err := parseFlags([]string{"-frameworks", "dabb,dabb-idem,grpc,kitex,kitex-pool,raw", "-c", "1,128,1024", "-out", t.TempDir()})
+	cfg, err := parseFlags([]string{"-frameworks", "dabb,dabb-idem,grpc,kitex,kitex-pool,raw,raw-conn", "-c", "1,128,1024", "-out", t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +31,7 @@ func TestWriteTargets(t *testing.T) {
 		{"kitex", [3]uint64{8000, 50000, 50000}},
 		{"kitex-pool", [3]uint64{9500, 30000, 30000}},
 		{"raw", [3]uint64{9200, 95000, 100000}},
+		{"raw-conn", [3]uint64{12000, 99500, 99500}},
 	} {
 		for i, c := range []int{1, 128, 1024} {
 			add(p.f, c, 0, p.rates[i], 0, time.Duration(p.rates[i])*10*time.Microsecond)
@@ -47,6 +49,7 @@ func TestWriteTargets(t *testing.T) {
 		"| c=1 calls/s, dabb ÷ raw | 0.98× | ≥ 0.95× | met |",
 		"| c=128 calls/s, dabb ÷ raw | 0.95× | ≥ 0.90× | met |",
 		"| c=1024 calls/s, dabb ÷ raw | 0.85× | ≥ 0.85× | met |",
+		"| c=1 calls/s, dabb ÷ raw-conn | 0.75× | ≥ 0.80× | NOT met |",
 		"| calls/s at c=1024 ÷ at c=128 (dabb) | 0.94× | ≥ 1.00× | NOT met |",
 		"| c=1 calls/s, dabb ÷ the fastest peer (kitex-pool) | 0.95× | ≥ 1.00× | NOT met |",
 		"| c=128 calls/s, dabb ÷ the fastest peer (kitex) | 1.80× | ≥ 1.00× | met |",
@@ -58,7 +61,7 @@ func TestWriteTargets(t *testing.T) {
 			t.Errorf("targets lack %q:\n%s", want, md)
 		}
 	}
-	if strings.Contains(md, "(dabb-idem)") || strings.Contains(md, "(raw)") {
-		t.Errorf("a dabb row or raw counted as a peer:\n%s", md)
+	if strings.Contains(md, "(dabb-idem)") || strings.Contains(md, "(raw)") || strings.Contains(md, "(raw-conn)") {
+		t.Errorf("a dabb row or a raw reference counted as a peer:\n%s", md)
 	}
 }
