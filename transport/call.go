@@ -60,9 +60,14 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 	}
 
 	cl := callPool.Get().(*call)
-	if err := c.register(id, cl); err != nil {
+	gen, err := c.register(id, cl, true)
+	if err != nil {
 		callPool.Put(cl)
 		return nil, err
+	}
+	var deadline time.Time
+	if gen != 0 && remaining > 0 {
+		deadline = time.Now().Add(remaining)
 	}
 	queued, err := c.write(ctx, req, remaining)
 	if err != nil {
@@ -70,8 +75,22 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 		// server will run it: tell it the caller has gone.
 		gaveUp := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 		c.abandon(id, cl, queued && gaveUp)
+		if gen != 0 {
+			c.release()
+		}
 		callPool.Put(cl)
 		return nil, c.writeError(queued, err)
+	}
+	if gen != 0 {
+		// Alone on the connection: read the answer here.
+		if m, done, err := c.readOwn(ctx, id, cl, gen, deadline); done {
+			return m, err
+		}
+		if remaining > 0 {
+			if remaining = time.Until(deadline); remaining <= 0 {
+				remaining = time.Nanosecond
+			}
+		}
 	}
 
 	var timeout <-chan time.Time

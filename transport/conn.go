@@ -39,8 +39,14 @@ type clientConn struct {
 	// (moveLocked).
 	state atomic.Uint32
 
+	// br and rd read the connection. Only the holder of the read token
+	// touches them (readtoken.go).
+	br *bufio.Reader
+	rd *protocol.Reader
+
 	mu      sync.Mutex       // guards the fields below and moves of state
 	pending map[uint64]*call // two-way calls waiting for their response
+	tok     readToken        // who reads the connection
 	err     error            // why the connection closed: the first cause
 	// refused says the server refused the connection before reading a
 	// request (closeWith's notSent): nothing written on it was read.
@@ -50,6 +56,7 @@ type clientConn struct {
 
 func newClientConn(ep *endpoint, nc net.Conn) *clientConn {
 	c := &clientConn{ep: ep, nc: nc, pending: make(map[uint64]*call)}
+	c.tok.init()
 	c.w.init(nc, c.writeFailed)
 	return c
 }
@@ -131,6 +138,7 @@ func (c *clientConn) closeWith(err error, notSent bool) {
 
 	c.w.fail(err)
 	_ = c.nc.Close()
+	c.tok.wakeReader()
 	for _, cl := range pend {
 		if notSent {
 			cl.err = protocol.NotSent(protocol.StatusChannelInactive, "cannot connect", err)
@@ -164,19 +172,21 @@ func (c *clientConn) closeErr() error {
 // ErrNotSent, unless the connection is open.
 // The state is checked under mu, where drainedLocked looks at the table:
 // no call can join a draining connection that is about to close itself.
-func (c *clientConn) register(id uint64, cl *call) error {
+// With mayRead, the caller takes the read token when it is parked, and
+// gen reports the grant (readtoken.go); else gen is 0.
+func (c *clientConn) register(id uint64, cl *call, mayRead bool) (gen uint64, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch c.load() {
 	case connClosed:
-		return protocol.NotSent(protocol.StatusChannelInactive, "connection closed before sending", c.err)
+		return 0, protocol.NotSent(protocol.StatusChannelInactive, "connection closed before sending", c.err)
 	case connReadOnly:
-		return c.errReadOnly()
+		return 0, c.errReadOnly()
 	case connRetiring:
-		return protocol.NotSent(protocol.StatusChannelInactive, "address left the instance list: "+c.ep.addr, nil)
+		return 0, protocol.NotSent(protocol.StatusChannelInactive, "address left the instance list: "+c.ep.addr, nil)
 	}
 	c.pending[id] = cl
-	return nil
+	return c.grantLocked(mayRead), nil
 }
 
 func (c *clientConn) errReadOnly() error {
@@ -253,55 +263,80 @@ func (c *clientConn) pendingLen() int {
 	return len(c.pending)
 }
 
-// readLoop reads frames until the connection fails, handing each response
-// to its caller.
+// readLoop is the connection's reader goroutine. It reads frames while
+// it holds the read token, and waits for the token while a caller or
+// nobody holds it (readtoken.go).
 func (c *clientConn) readLoop() {
 	defer c.ep.p.wg.Done()
-	br := bufio.NewReaderSize(c.live.source(c.nc), readBufferSize)
-	rd := protocol.NewReader(br, c.ep.p.cfg.MaxBody)
-	rd.SetSerializations(c.ep.p.cfg.Serializations)
+	c.br = bufio.NewReaderSize(c.live.source(c.nc), readBufferSize)
+	c.rd = protocol.NewReader(c.br, c.ep.p.cfg.MaxBody)
+	c.rd.SetSerializations(c.ep.p.cfg.Serializations)
 	// The first bytes tell whether the server took the connection at all.
-	b, err := br.Peek(2)
+	b, err := c.br.Peek(2)
 	if refused := refusedError(c.ep.addr, c.ep.p.cfg.TLS != nil, b, err); refused != nil {
 		c.ep.refused(refused)
 		c.closeWith(refused, true)
 		return
 	}
+	for c.readFrames() && c.awaitToken() {
+	}
+}
+
+// readFrames reads and delivers frames until the connection fails
+// (false) or the reader parks the read token: no call left waiting and
+// nothing buffered (true).
+func (c *clientConn) readFrames() bool {
 	for {
 		m := getMessage()
-		if err := rd.Read(m); err != nil {
-			if errors.Is(err, protocol.ErrBodyTooLarge) && c.skipResponse(br, m, err) {
-				putMessage(m)
-				continue
+		if err := c.rd.Read(m); err != nil {
+			if !c.readFailed(m, err) {
+				return false
 			}
-			if errors.Is(err, protocol.ErrUnknownSerialization) {
-				c.foreign(m, err)
-				putMessage(m)
-				return
-			}
-			putMessage(m)
-			c.close(readError(c.ep.addr, err))
-			return
-		}
-		f := m.Header.Flags()
-		if f.IsEvent() {
-			c.event(m)
-			putMessage(m)
 			continue
 		}
-		if f.IsRequest() {
-			putMessage(m) // a client serves nothing but events
-			continue
+		c.deliver(m)
+		if c.br.Buffered() == 0 && c.park() {
+			return true
 		}
-		cl, ok, drained := c.take(m.Header.ID())
-		if !ok {
-			putMessage(m) // its caller gave up: discard the late response
-			continue
-		}
-		cl.ch <- m
-		if drained {
-			c.closeDrained() // the read then fails and the loop ends
-		}
+	}
+}
+
+// readFailed handles an error of rd.Read into m and puts m back. It
+// reports whether reading goes on: a response over MaxBody fails its own
+// call alone; anything else closes the connection.
+func (c *clientConn) readFailed(m *protocol.Message, err error) bool {
+	defer putMessage(m)
+	switch {
+	case errors.Is(err, protocol.ErrBodyTooLarge) && c.skipResponse(c.br, m, err):
+		return true
+	case errors.Is(err, protocol.ErrUnknownSerialization):
+		c.foreign(m, err)
+	default:
+		c.close(readError(c.ep.addr, err))
+	}
+	return false
+}
+
+// deliver hands a frame read from the connection to whoever waits for it.
+func (c *clientConn) deliver(m *protocol.Message) {
+	f := m.Header.Flags()
+	if f.IsEvent() {
+		c.event(m)
+		putMessage(m)
+		return
+	}
+	if f.IsRequest() {
+		putMessage(m) // a client serves nothing but events
+		return
+	}
+	cl, ok, drained := c.take(m.Header.ID())
+	if !ok {
+		putMessage(m) // its caller gave up: discard the late response
+		return
+	}
+	cl.ch <- m
+	if drained {
+		c.closeDrained() // the read then fails and the loop ends
 	}
 }
 

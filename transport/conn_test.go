@@ -230,7 +230,7 @@ func TestConnState(t *testing.T) {
 	}
 	refused := func(c *clientConn, want string) {
 		t.Helper()
-		err := c.register(99, &call{ch: make(chan *protocol.Message, 1)})
+		_, err := c.register(99, &call{ch: make(chan *protocol.Message, 1)}, true)
 		pe := wantStatus(t, err, protocol.StatusChannelInactive, false, true)
 		if !strings.Contains(pe.Msg, want) {
 			t.Errorf("register in state %d: %q, want it to say %q", c.load(), pe.Msg, want)
@@ -242,7 +242,7 @@ func TestConnState(t *testing.T) {
 		t.Fatalf("a new connection is in state %d, usable %v; want open", c.load(), c.usable())
 	}
 	cl := &call{ch: make(chan *protocol.Message, 1)}
-	if err := c.register(1, cl); err != nil {
+	if _, err := c.register(1, cl, false); err != nil {
 		t.Fatalf("register on an open connection: %v", err)
 	}
 	for _, step := range []struct {

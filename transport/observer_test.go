@@ -149,7 +149,7 @@ func TestObserverHookAllocs(t *testing.T) {
 				call := serverCallPool.Get().(*serverCall)
 				call.req.Header.Init(protocol.MakeFlags(protocol.FlagRequest|protocol.FlagTwoWay, 22), 0, 1)
 				call.req.Timeout = -1 // spent: answered 31 at once
-				sc.dispatch(call)
+				sc.dispatch(call, false)
 			}
 			reject()
 			if n := testing.AllocsPerRun(1000, reject); n != 0 {

@@ -51,7 +51,7 @@ func (p *Pool) Ping(ctx context.Context, addr string) error {
 func (c *clientConn) ping(ctx context.Context) error {
 	id := c.nextID.Add(1)
 	cl := callPool.Get().(*call)
-	if err := c.register(id, cl); err != nil {
+	if _, err := c.register(id, cl, false); err != nil {
 		callPool.Put(cl)
 		return err
 	}

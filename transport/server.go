@@ -46,6 +46,7 @@ type Server struct {
 	wg     sync.WaitGroup
 
 	workers *workers // runs the calls; its goroutines count in wg
+	inline  inlineWatch
 
 	mu sync.Mutex // guards the fields below
 	// state holds the serverState. Only enter writes it, holding mu.

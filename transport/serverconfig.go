@@ -105,6 +105,10 @@ type ServerConfig struct {
 	// before their handler and of the connections it opens and closes.
 	// Default nil: nothing is reported, at no cost.
 	Observer ServerObserver
+
+	// noInline sends every request to a worker, as before calls ran on
+	// their reader (tests and benchmarks compare the two).
+	noInline bool
 }
 
 // withDefaults returns cfg with every unset field at its default.

@@ -72,6 +72,15 @@ type serverConn struct {
 	// connection, so a cancel never reaches another connection's call.
 	callsMu sync.Mutex
 	running map[uint64]*serverCall
+
+	// The fields below are guarded by the server's inlineWatch.mu.
+	// inlineAt is the connection's place in its running list, or -1.
+	inlineAt int
+	// inlineRun counts the calls the reader ran; inlineSeen is the count
+	// at the watch's last look.
+	inlineRun, inlineSeen uint64
+	// inlineState is the reader's, handed on with the reading.
+	inlineState *readState
 }
 
 // newServerConn wraps an accepted connection, in TLS when the server has a
@@ -195,101 +204,6 @@ func sameArray(a, b []byte) bool {
 	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
 }
 
-// serve is the connection's reader goroutine.
-func (sc *serverConn) serve() {
-	s := sc.s
-	defer s.wg.Done()
-	defer sc.close()
-	if tc, ok := sc.nc.(*tls.Conn); ok && !sc.handshake(tc) {
-		return
-	}
-	sc.start = time.Now()
-	sc.mu.Lock()
-	if !sc.closed {
-		sc.hb = time.AfterFunc(s.cfg.HeartbeatInterval, sc.tick)
-		sc.rt = time.AfterFunc(watchPeriod(&s.cfg), sc.watchReads)
-	}
-	sc.mu.Unlock()
-
-	if sc.drained {
-		sc.announce()
-	}
-	src := sc.live.source(sc.nc)
-	br := newReader(src)
-	defer func() {
-		if br.Buffered() == 0 {
-			freeReader(br)
-		}
-	}()
-	idle := newIdleReader(sc.nc)
-	rd := protocol.NewReader(br, s.cfg.MaxBody)
-	rd.SetBudget(connBudget{sc})
-	rd.SetSerializations(s.cfg.Serializations)
-	valid := false
-	for first := true; ; first = false {
-		call := serverCallPool.Get().(*serverCall)
-		sc.watch.waiting(br.Buffered() > 0, sc.live.reads.Load())
-		if br.Buffered() == 0 && s.nconns.Load() > lendFrom {
-			idle.wait(br, src)
-		}
-		err := rd.Read(&call.req)
-		if err == nil || errors.Is(err, protocol.ErrMalformed) {
-			sc.watch.frames.Add(1)
-		}
-		if err != nil {
-			if first && s.cfg.TLS == nil && errors.Is(err, protocol.ErrBadMagic) && tlsRecord(call.req.Header[:]) {
-				putServerCall(call)
-				sc.answerTLSClient()
-				return
-			}
-			if errors.Is(err, protocol.ErrUnknownSerialization) {
-				sc.answerForeign(&call.req)
-				putServerCall(call)
-				continue
-			}
-			if errors.Is(err, protocol.ErrMalformed) {
-				// The frame was consumed whole: answer it and go on.
-				if f := call.req.Header.Flags(); f.IsRequest() && !f.IsEvent() {
-					s.rejected(RejectBadRequest)
-				}
-				if call.req.Header.Flags().IsTwoWay() {
-					sc.answer(&call.req, protocol.StatusBadRequest, []byte(err.Error()))
-				}
-				putServerCall(call)
-				continue
-			}
-			if errors.Is(err, protocol.ErrBodyTooLarge) && sc.skipBody(br, &call.req, err) {
-				sc.watch.frames.Add(1)
-				putServerCall(call)
-				continue
-			}
-			putServerCall(call)
-			sc.logReadError(err)
-			return
-		}
-		if !valid {
-			valid = true
-			sc.watch.valid.Store(true)
-		}
-		req := &call.req
-		f := req.Header.Flags()
-		switch {
-		case f.IsEvent():
-			switch {
-			case req.IsHeartbeat():
-				_ = sc.w.writeEvent(eventHeartbeatResponse, req.Header.ID())
-			case req.IsCancel():
-				sc.cancelCall(req.Header.ID())
-			}
-			putServerCall(call)
-		case !f.IsRequest():
-			putServerCall(call) // a stray response: nothing waits for it
-		default:
-			sc.dispatch(call)
-		}
-	}
-}
-
 // skipBody drops the body of a frame whose header claimed more than
 // MaxBody, and answers a two-way request with status 40. It reports false
 // when the connection must close: a claim over maxSkipped, or a body that
@@ -329,14 +243,17 @@ func (sc *serverConn) logReadError(err error) {
 }
 
 // dispatch hands one request to a worker, or answers it at once when it
-// cannot run.
-func (sc *serverConn) dispatch(call *serverCall) {
+// cannot run. It reports true, having handed it to no one, when the reader
+// should run the call itself: nothing else of the connection is in flight
+// and, with drained, no other frame waits in the read buffer.
+func (sc *serverConn) dispatch(call *serverCall, drained bool) (inline bool) {
 	s := sc.s
-	if sc.inflight.Add(1) < 0 {
+	n := sc.inflight.Add(1)
+	if n < 0 {
 		// evict chose this connection and is closing it. Like a request
 		// that arrives after the close, this one is not run.
 		putServerCall(call)
-		return
+		return false
 	}
 	req := &call.req
 	twoWay := req.Header.Flags().IsTwoWay()
@@ -370,7 +287,7 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		}
 		sc.callDone()
 		putServerCall(call)
-		return
+		return false
 	}
 	call.sc = sc
 	if twoWay || req.Timeout > 0 {
@@ -387,7 +304,11 @@ func (sc *serverConn) dispatch(call *serverCall) {
 		sc.running[req.Header.ID()] = call
 		sc.callsMu.Unlock()
 	}
+	if n == 1 && drained && !s.cfg.noInline {
+		return true
+	}
 	s.workers.handOff(call)
+	return false
 }
 
 // announce sends the read-only event on this connection, once.

@@ -33,7 +33,9 @@ func workerGoroutines() int {
 // has not been idle for a whole period yet), exits at the second, and a
 // request after that starts a new one.
 func TestWorkersReaped(t *testing.T) {
-	ts := startServer(t, echo, ServerConfig{})
+	// Calls alone on their connection run on its reader: these go to
+	// workers, whose pool is under test.
+	ts := startServer(t, echo, ServerConfig{noInline: true})
 	p := newPool(t, Config{})
 	call := func() {
 		t.Helper()
@@ -71,7 +73,7 @@ func TestWorkersReaped(t *testing.T) {
 // Close makes idle workers exit (the package's goleak check would catch
 // one left behind) and busy ones once their call is done.
 func TestCloseStopsIdleWorkers(t *testing.T) {
-	ts := startServer(t, echo, ServerConfig{})
+	ts := startServer(t, echo, ServerConfig{noInline: true})
 	p := newPool(t, Config{})
 	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("x"))
 	if err != nil {
@@ -106,7 +108,7 @@ func TestIdleWorkersKeepTheirStacks(t *testing.T) {
 		arrived.Wait()
 		echo(ctx, req, resp)
 	})
-	ts := startServer(t, h, ServerConfig{})
+	ts := startServer(t, h, ServerConfig{noInline: true})
 	p := newPool(t, Config{})
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)

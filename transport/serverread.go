@@ -1,0 +1,153 @@
+// A server connection's reader: the frames it reads and what becomes of each.
+
+package transport
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/dabbrpc/dabb/protocol"
+)
+
+// serve is the connection's first reader goroutine.
+func (sc *serverConn) serve() {
+	s := sc.s
+	if tc, ok := sc.nc.(*tls.Conn); ok && !sc.handshake(tc) {
+		sc.close()
+		s.wg.Done()
+		return
+	}
+	sc.start = time.Now()
+	sc.mu.Lock()
+	if !sc.closed {
+		sc.hb = time.AfterFunc(s.cfg.HeartbeatInterval, sc.tick)
+		sc.rt = time.AfterFunc(watchPeriod(&s.cfg), sc.watchReads)
+	}
+	sc.mu.Unlock()
+
+	if sc.drained {
+		sc.announce()
+	}
+	st := &readState{first: true}
+	st.src = sc.live.source(sc.nc)
+	st.br = newReader(st.src)
+	st.idle = newIdleReader(sc.nc)
+	st.rd = protocol.NewReader(st.br, s.cfg.MaxBody)
+	st.rd.SetBudget(connBudget{sc})
+	st.rd.SetSerializations(s.cfg.Serializations)
+	sc.read(st)
+}
+
+// readState is what the connection's reader holds. It passes whole to the
+// goroutine that takes the reading over (inline.go).
+type readState struct {
+	src   io.Reader
+	br    *bufio.Reader
+	idle  idleReader
+	rd    *protocol.Reader
+	first bool // no frame read yet
+	valid bool // a valid frame was read
+}
+
+// read reads and dispatches frames until the connection fails, or until
+// it hands the reading to another goroutine while it runs a handler. The
+// goroutine that ends the reading closes the connection.
+func (sc *serverConn) read(st *readState) {
+	s := sc.s
+	handed, inline := false, false
+	defer func() {
+		if inline {
+			// The handler ended this goroutine (runtime.Goexit) while it
+			// ran inline. Reading goes on elsewhere.
+			handed = true
+			if s.inline.leave(sc) {
+				sc.resume(st)
+			}
+		}
+		if !handed {
+			if st.br.Buffered() == 0 {
+				freeReader(st.br)
+			}
+			sc.close()
+		}
+		s.wg.Done()
+	}()
+	br, rd := st.br, st.rd
+	for ; ; st.first = false {
+		call := serverCallPool.Get().(*serverCall)
+		sc.watch.waiting(br.Buffered() > 0, sc.live.reads.Load())
+		if br.Buffered() == 0 && s.nconns.Load() > lendFrom {
+			st.idle.wait(br, st.src)
+		}
+		err := rd.Read(&call.req)
+		if err == nil || errors.Is(err, protocol.ErrMalformed) {
+			sc.watch.frames.Add(1)
+		}
+		if err != nil {
+			if st.first && s.cfg.TLS == nil && errors.Is(err, protocol.ErrBadMagic) && tlsRecord(call.req.Header[:]) {
+				putServerCall(call)
+				sc.answerTLSClient()
+				return
+			}
+			if errors.Is(err, protocol.ErrUnknownSerialization) {
+				sc.answerForeign(&call.req)
+				putServerCall(call)
+				continue
+			}
+			if errors.Is(err, protocol.ErrMalformed) {
+				// The frame was consumed whole: answer it and go on.
+				if f := call.req.Header.Flags(); f.IsRequest() && !f.IsEvent() {
+					s.rejected(RejectBadRequest)
+				}
+				if call.req.Header.Flags().IsTwoWay() {
+					sc.answer(&call.req, protocol.StatusBadRequest, []byte(err.Error()))
+				}
+				putServerCall(call)
+				continue
+			}
+			if errors.Is(err, protocol.ErrBodyTooLarge) && sc.skipBody(br, &call.req, err) {
+				sc.watch.frames.Add(1)
+				putServerCall(call)
+				continue
+			}
+			putServerCall(call)
+			sc.logReadError(err)
+			return
+		}
+		if !st.valid {
+			st.valid = true
+			sc.watch.valid.Store(true)
+		}
+		req := &call.req
+		f := req.Header.Flags()
+		switch {
+		case f.IsEvent():
+			switch {
+			case req.IsHeartbeat():
+				_ = sc.w.writeEvent(eventHeartbeatResponse, req.Header.ID())
+			case req.IsCancel():
+				sc.cancelCall(req.Header.ID())
+			}
+			putServerCall(call)
+		case !f.IsRequest():
+			putServerCall(call) // a stray response: nothing waits for it
+		default:
+			if !sc.dispatch(call, br.Buffered() == 0) {
+				continue
+			}
+			// Alone on its connection: the call runs here, with no
+			// hand-off to a worker (inline.go).
+			inline = true
+			s.inline.enter(s, sc, st)
+			call.run()
+			inline = false
+			if !s.inline.leave(sc) {
+				handed = true
+				return
+			}
+		}
+	}
+}
