@@ -103,6 +103,15 @@ func TestText(t *testing.T) {
 			t.Errorf("Quantile(%v) = %v, wrote %v", q, g.Quantile(q), h.Quantile(q))
 		}
 	}
+	// The text bench/dubbogo's program writes for these latencies (its
+	// TestHistogramText): the same buckets.
+	var want, prog Histogram
+	for _, d := range []time.Duration{100, 100, 1000, 1003, 1234567891} {
+		want.Record(d)
+	}
+	if err := prog.UnmarshalText([]byte("1234567891 100:2 1004:2 1233125376:1")); err != nil || prog != want {
+		t.Errorf("the program's text read as %d latencies, max %v (%v); want the histogram of its latencies", prog.Count(), prog.Max(), err)
+	}
 	var empty Histogram
 	if text, _ := empty.MarshalText(); string(text) != "0" {
 		t.Errorf("empty histogram's text %q, want \"0\"", text)
