@@ -26,7 +26,7 @@ const buildTimeout = 15 * time.Minute
 func DubboGo() Framework {
 	return Framework{
 		Name:    "dubbo-go",
-		Setup:   "dubbo.apache.org/dubbo-go/v3 v3.3.1 client and server (a program of its own module, bench/dubbogo), the dubbo protocol, hessian2, the same POJO, a direct URL (no registry), one client.Connection (dubbo-go's connection to the address), a 30 s request timeout, getty's MaxMsgLen raised to 4 MiB for the 1 MiB calls",
+		Setup:   "dubbo.apache.org/dubbo-go/v3 v3.3.1 client and server (a program of its own module, bench/dubbogo), the dubbo protocol, hessian2, the same POJO, a direct URL (no registry), one client.Connection over getty's default client (up to 16 TCP connections to the address, ConnectionNum), a 30 s request timeout, getty's MaxMsgLen raised to 4 MiB for the 1 MiB calls",
 		Program: "dubbogo",
 	}
 }

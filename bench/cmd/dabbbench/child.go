@@ -45,7 +45,7 @@ func startChild(f frameworks.Framework, profile string, log io.Writer) (*child, 
 	}
 	args := []string{"-server", "-framework", name}
 	if f.Program != "" {
-		if exe, err = programs.binary(f); err != nil {
+		if exe, err = programs.binary(f, log); err != nil {
 			return nil, err
 		}
 		args = []string{"-server"}

@@ -42,8 +42,9 @@ type programCache struct {
 	errs map[string]error
 }
 
-// binary returns the path of f's program, built on first use.
-func (p *programCache) binary(f frameworks.Framework) (string, error) {
+// binary returns the path of f's program, built on first use, which it
+// says on log.
+func (p *programCache) binary(f frameworks.Framework, log io.Writer) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if bin, ok := p.bins[f.Program]; ok {
@@ -52,6 +53,7 @@ func (p *programCache) binary(f frameworks.Framework) (string, error) {
 	if err := p.errs[f.Program]; err != nil {
 		return "", err
 	}
+	fmt.Fprintf(log, "dabbbench: building %s's program (go build in %s, GOWORK=off; a cold module cache downloads it)\n", f.Name, f.Program)
 	bin, err := p.build(f)
 	if err != nil {
 		if p.errs == nil {
@@ -94,7 +96,7 @@ func (p *programCache) removeAll() {
 // startRemote starts f's program as the client of the server at addr and
 // waits until its first call has been answered.
 func startRemote(f frameworks.Framework, addr, profile string, log io.Writer) (*child, error) {
-	bin, err := programs.binary(f)
+	bin, err := programs.binary(f, log)
 	if err != nil {
 		return nil, err
 	}
