@@ -8,5 +8,7 @@
 //	go test -run '^$' -bench . -benchmem       # allocations per call, in one process
 //
 // The frameworks live in bench/frameworks, the message in bench/proto, the
-// dabb service in bench/echo.
+// dabb service in bench/echo. The Dubbo rows, run only when named, compare
+// dabb over Dubbo's hessian2 bodies (bench/dubboecho) with dubbo-go, whose
+// program is a module of its own (bench/dubbogo).
 package bench

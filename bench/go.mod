@@ -8,6 +8,7 @@ require (
 	github.com/cloudwego/kitex v0.16.1
 	github.com/cloudwego/prutal v0.1.3
 	github.com/dabbrpc/dabb v0.0.0-00010101000000-000000000000
+	github.com/dabbrpc/dabb/dubbo v0.0.0-00010101000000-000000000000
 	github.com/smallnest/rpcx v1.9.1
 	go.uber.org/goleak v1.3.0
 	golang.org/x/net v0.61.0
@@ -16,6 +17,9 @@ require (
 )
 
 require (
+	github.com/apache/dubbo-go-hessian2 v1.13.2 // indirect
+	github.com/dubbogo/gost v1.14.4 // indirect
+	go.uber.org/atomic v1.9.0 // indirect
 	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -78,7 +82,7 @@ require (
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
 	github.com/miekg/dns v1.1.63 // indirect
-	github.com/modern-go/concurrent v0.0.0-20180228061459-e0a39a4cb421 // indirect
+	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/onsi/ginkgo/v2 v2.22.2 // indirect
 	github.com/philhofer/fwd v1.1.3-0.20240916144458-20a13a1f6b7c // indirect
@@ -122,3 +126,5 @@ tool (
 	github.com/cloudwego/kitex/tool/cmd/kitex
 	github.com/dabbrpc/dabb/cmd/rpcgen
 )
+
+replace github.com/dabbrpc/dabb/dubbo => ../dubbo

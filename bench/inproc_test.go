@@ -46,12 +46,24 @@ func start(tb testing.TB, f frameworks.Framework) frameworks.Client {
 	return c
 }
 
+// inProcess returns every framework whose server and client run in this
+// process: all but those with a program of their own.
+func inProcess() []frameworks.Framework {
+	var fs []frameworks.Framework
+	for _, f := range append(append(frameworks.All(), frameworks.Extra()...), frameworks.Dubbo()...) {
+		if f.Program == "" {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
 // BenchmarkEcho is one call of the workload, client and server in this
 // process: allocs/op and B/op count both sides. Compare with
-// BenchmarkCodecFloor. The TLS frameworks run too, so that dabbbench finds
-// their counts when -frameworks names them.
+// BenchmarkCodecFloor. The TLS frameworks and dabb-hessian2 run too, so
+// that dabbbench finds their counts when -frameworks names them.
 func BenchmarkEcho(b *testing.B) {
-	for _, f := range append(frameworks.All(), frameworks.Extra()...) {
+	for _, f := range inProcess() {
 		b.Run(f.Name, func(b *testing.B) {
 			c := start(b, f)
 			ctx := context.Background()
@@ -78,7 +90,7 @@ func BenchmarkEcho(b *testing.B) {
 // to batch. It reports how many goroutines called as its "goroutines"
 // metric, which dabbbench's allocations table names.
 func BenchmarkEchoParallel(b *testing.B) {
-	for _, f := range append(frameworks.All(), frameworks.Extra()...) {
+	for _, f := range inProcess() {
 		b.Run(f.Name, func(b *testing.B) {
 			c := start(b, f)
 			ctx := context.Background()

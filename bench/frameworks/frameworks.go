@@ -12,7 +12,9 @@
 // All is what a run takes by default. Extra adds dabb and gRPC over TLS
 // 1.3, which a run takes only when named. Their client trusts a CA made
 // at the process's start; a server in another process gets the same
-// certificates through TLSEnviron.
+// certificates through TLSEnviron. Dubbo adds dabb over Dubbo's hessian2
+// bodies and dubbo-go, also only when named; dubbo-go is a program of its
+// own module (Program), whose server and client both run as processes.
 package frameworks
 
 import (
@@ -50,6 +52,12 @@ type Framework struct {
 	// certificate: its server process needs TLSEnviron in its
 	// environment.
 	TLS bool
+	// Program, if set, is the directory, relative to the bench module's,
+	// of a module of its own whose program is both the framework's server
+	// (-server) and its client (-client ADDR, which runs the closed loop
+	// itself), as dubbogo/main.go describes; Serve and Dial are nil.
+	// BuildProgram builds it.
+	Program string
 	// AdapterAllocs, if set, says what this package's adapter allocates
 	// on top of the framework's own work, which the in-process allocation
 	// counts include; it completes "<name>'s row includes ...".
@@ -75,11 +83,20 @@ func Extra() []Framework {
 	return []Framework{DabbTLS(), GRPCTLS()}
 }
 
+// Dubbo lists the frameworks of Dubbo's protocol in hessian2, which a run
+// takes only when named: dabb with the dubbo module, and dubbo-go.
+func Dubbo() []Framework {
+	return []Framework{DabbHessian2(), DubboGo()}
+}
+
 // Names returns the names of All, comma-separated.
 func Names() string { return names(All()) }
 
 // ExtraNames returns the names of Extra, comma-separated.
 func ExtraNames() string { return names(Extra()) }
+
+// DubboNames returns the names of Dubbo, comma-separated.
+func DubboNames() string { return names(Dubbo()) }
 
 func names(fs []Framework) string {
 	var names []string
@@ -89,12 +106,12 @@ func names(fs []Framework) string {
 	return strings.Join(names, ",")
 }
 
-// Lookup returns the framework of All or Extra called name.
+// Lookup returns the framework of All, Extra or Dubbo called name.
 func Lookup(name string) (Framework, error) {
-	for _, f := range append(All(), Extra()...) {
+	for _, f := range append(append(All(), Extra()...), Dubbo()...) {
 		if f.Name == name {
 			return f, nil
 		}
 	}
-	return Framework{}, fmt.Errorf("%w %q (have %s,%s)", ErrUnknown, name, Names(), ExtraNames())
+	return Framework{}, fmt.Errorf("%w %q (have %s,%s,%s)", ErrUnknown, name, Names(), ExtraNames(), DubboNames())
 }

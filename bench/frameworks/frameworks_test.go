@@ -20,9 +20,13 @@ func TestMain(m *testing.M) {
 }
 
 // TestEcho runs the workload on every framework in this process: small and
-// large messages, from several goroutines on one client.
+// large messages, from several goroutines on one client. A framework with
+// a program of its own runs as processes: TestProgram covers it.
 func TestEcho(t *testing.T) {
-	for _, f := range append(All(), Extra()...) {
+	for _, f := range append(append(All(), Extra()...), Dubbo()...) {
+		if f.Program != "" {
+			continue
+		}
 		t.Run(f.Name, func(t *testing.T) {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -81,7 +85,7 @@ func TestLookup(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ok   bool
-	}{{"dabb", true}, {"raw", true}, {"raw-conn", true}, {"dabb-tls", true}, {"grpc-tls", true}, {"thrift", false}} {
+	}{{"dabb", true}, {"raw", true}, {"raw-conn", true}, {"dabb-tls", true}, {"grpc-tls", true}, {"dabb-hessian2", true}, {"dubbo-go", true}, {"thrift", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := Lookup(tc.name)
 			if tc.ok && (err != nil || f.Name != tc.name) {

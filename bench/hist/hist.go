@@ -10,7 +10,11 @@
 package hist
 
 import (
+	"errors"
+	"fmt"
 	"math/bits"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -97,4 +101,50 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 		}
 	}
 	return h.max
+}
+
+// MarshalText writes h in its text form: the exact maximum in
+// nanoseconds, then "VALUE:COUNT" for each non-empty bucket, VALUE a
+// duration in nanoseconds inside the bucket (its middle), all separated
+// by spaces. A process that records latencies in these buckets hands
+// them to another in this form (bench/dubbogo's program writes it).
+func (h *Histogram) MarshalText() ([]byte, error) {
+	b := strconv.AppendInt(nil, int64(h.max), 10)
+	for i, c := range h.counts {
+		if c > 0 {
+			b = append(b, ' ')
+			b = strconv.AppendUint(b, value(i), 10)
+			b = append(b, ':')
+			b = strconv.AppendUint(b, c, 10)
+		}
+	}
+	return b, nil
+}
+
+// UnmarshalText sets h to the histogram of MarshalText's form: each
+// VALUE's COUNT goes to the bucket of VALUE, and the maximum is the one
+// given.
+func (h *Histogram) UnmarshalText(text []byte) error {
+	f := strings.Fields(string(text))
+	if len(f) == 0 {
+		return errors.New("hist: empty text")
+	}
+	var n Histogram
+	m, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil || m < 0 {
+		return fmt.Errorf("hist: maximum %q is not a duration in nanoseconds", f[0])
+	}
+	n.max = time.Duration(m)
+	for _, p := range f[1:] {
+		vs, cs, ok := strings.Cut(p, ":")
+		v, verr := strconv.ParseUint(vs, 10, 64)
+		c, cerr := strconv.ParseUint(cs, 10, 64)
+		if !ok || verr != nil || cerr != nil {
+			return fmt.Errorf("hist: %q is not VALUE:COUNT", p)
+		}
+		n.counts[index(v)] += c
+		n.n += c
+	}
+	*h = n
+	return nil
 }

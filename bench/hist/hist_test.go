@@ -76,3 +76,49 @@ func TestEmpty(t *testing.T) {
 		t.Fatalf("negative duration recorded as %v, want 0", h.Quantile(1))
 	}
 }
+
+// TestText writes a histogram in its text form and reads it back: the
+// same counts, quantiles and exact maximum; bad text is refused.
+func TestText(t *testing.T) {
+	var h Histogram
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 10000 {
+		h.Record(time.Duration(r.ExpFloat64() * float64(200*time.Microsecond)))
+	}
+	h.Record(3 * time.Nanosecond)
+	h.Record(1234567891 * time.Nanosecond)
+	text, err := h.MarshalText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g Histogram
+	if err := g.UnmarshalText(text); err != nil {
+		t.Fatal(err)
+	}
+	if g != h {
+		t.Fatalf("read back %d latencies, max %v; wrote %d, max %v", g.Count(), g.Max(), h.Count(), h.Max())
+	}
+	for _, q := range []float64{0, 0.5, 0.99, 1} {
+		if g.Quantile(q) != h.Quantile(q) {
+			t.Errorf("Quantile(%v) = %v, wrote %v", q, g.Quantile(q), h.Quantile(q))
+		}
+	}
+	// The text bench/dubbogo's program writes for these latencies (its
+	// TestHistogramText): the same buckets.
+	var want, prog Histogram
+	for _, d := range []time.Duration{100, 100, 1000, 1003, 1234567891} {
+		want.Record(d)
+	}
+	if err := prog.UnmarshalText([]byte("1234567891 100:2 1004:2 1233125376:1")); err != nil || prog != want {
+		t.Errorf("the program's text read as %d latencies, max %v (%v); want the histogram of its latencies", prog.Count(), prog.Max(), err)
+	}
+	var empty Histogram
+	if text, _ := empty.MarshalText(); string(text) != "0" {
+		t.Errorf("empty histogram's text %q, want \"0\"", text)
+	}
+	for _, bad := range []string{"", "x", "-1", "10 5", "10 5:x", "10 a:1"} {
+		if err := g.UnmarshalText([]byte(bad)); err == nil {
+			t.Errorf("UnmarshalText(%q) = nil, want an error", bad)
+		}
+	}
+}

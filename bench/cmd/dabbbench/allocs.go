@@ -365,6 +365,9 @@ func writeAllocs(w io.Writer, res *results, raw string) {
 		if f.AdapterAllocs != "" && (ok1 || ok2) {
 			fmt.Fprintf(w, "\n%s's row includes %s.\n", f.Name, f.AdapterAllocs)
 		}
+		if f.Program != "" {
+			fmt.Fprintf(w, "\n%s: not measured here; its client and server are a program of its own module, which cannot run in this process.\n", f.Name)
+		}
 	}
 }
 

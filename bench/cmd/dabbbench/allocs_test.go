@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -357,6 +358,25 @@ func TestWriteAllocsAdapterNote(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWriteAllocsProgram: the allocation benchmarks leave out a framework
+// with a program of its own (dubbo-go), and the table says why under its
+// empty row.
+func TestWriteAllocsProgram(t *testing.T) {
+	cfg, err := parseFlags([]string{"-frameworks", "dabb,dubbo-go", "-c", "1", "-mix=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.inProcessNames(); !slices.Equal(got, []string{"dabb"}) {
+		t.Fatalf("inProcessNames = %q, want only dabb", got)
+	}
+	a := &allocResults{command: "go test -bench x"}
+	parseAllocs(a, strings.NewReader(sampleInproc), cfg.inProcessNames())
+	var b strings.Builder
+	writeAllocs(&b, &results{cfg: cfg, allocs: a}, "results/inproc.txt")
+	checkText(t, b.String(), []string{"| dubbo-go | - | - | - | - |",
+		"\ndubbo-go: not measured here; its client and server are a program of its own module"}, []string{"Not measured:"})
 }
 
 func TestFindBenchModule(t *testing.T) {

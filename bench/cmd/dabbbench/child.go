@@ -32,9 +32,11 @@ type child struct {
 	drainOnce sync.Once
 }
 
-// startChild starts this program as the server of framework f and waits
-// for its address. With profile set, the server writes its CPU profile
-// there. A TLS framework's server gets this process's certificates.
+// startChild starts the server process of framework f and waits for its
+// address: this program with -server, or, for a framework with a program
+// of its own (f.Program), that program, built by programs. With profile
+// set, the server writes its CPU profile there. A TLS framework's server
+// gets this process's certificates.
 func startChild(f frameworks.Framework, profile string, log io.Writer) (*child, error) {
 	name := f.Name
 	exe, err := os.Executable()
@@ -42,44 +44,27 @@ func startChild(f frameworks.Framework, profile string, log io.Writer) (*child, 
 		return nil, fmt.Errorf("dabbbench: find own executable: %w", err)
 	}
 	args := []string{"-server", "-framework", name}
+	if f.Program != "" {
+		if exe, err = programs.binary(f, log); err != nil {
+			return nil, err
+		}
+		args = []string{"-server"}
+	}
 	if profile != "" {
 		args = append(args, "-cpuprofile", profile)
 	}
-	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), roleEnv+"=server")
+	env := append(os.Environ(), roleEnv+"=server")
 	if f.TLS {
-		env, err := frameworks.TLSEnviron()
+		tlsEnv, err := frameworks.TLSEnviron()
 		if err != nil {
 			return nil, fmt.Errorf("dabbbench: %s server: %w", name, err)
 		}
-		cmd.Env = append(cmd.Env, env)
+		env = append(env, tlsEnv)
 	}
-	cmd.Stderr = log
-	in, err := cmd.StdinPipe()
+	c, err := startProcess(name+" server", exe, args, env, ctlPrefix, log)
 	if err != nil {
 		return nil, err
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("dabbbench: start %s server: %w", name, err)
-	}
-	c := &child{cmd: cmd, in: in, lines: make(chan string, 4), done: make(chan error, 1)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			line := sc.Text()
-			if rest, ok := strings.CutPrefix(line, ctlPrefix+" "); ok {
-				c.lines <- rest
-			} else {
-				fmt.Fprintln(log, name+" server:", line)
-			}
-		}
-		close(c.lines)
-		c.done <- cmd.Wait()
-	}()
 	line, err := c.next()
 	if err != nil {
 		c.kill()
@@ -94,15 +79,54 @@ func startChild(f frameworks.Framework, profile string, log io.Writer) (*child, 
 	return c, nil
 }
 
+// startProcess starts exe with args and env, and passes the lines of its
+// standard output that start with prefix and a space to the child's
+// lines, without the prefix; other lines go to log after name.
+func startProcess(name, exe string, args, env []string, prefix string, log io.Writer) (*child, error) {
+	cmd := exec.Command(exe, args...)
+	cmd.Env = env
+	cmd.Stderr = log
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("dabbbench: start %s: %w", name, err)
+	}
+	c := &child{cmd: cmd, in: in, lines: make(chan string, 4), done: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 1<<20) // a histogram's line
+		for sc.Scan() {
+			line := sc.Text()
+			if rest, ok := strings.CutPrefix(line, prefix+" "); ok {
+				c.lines <- rest
+			} else {
+				fmt.Fprintln(log, name+":", line)
+			}
+		}
+		close(c.lines)
+		c.done <- cmd.Wait()
+	}()
+	return c, nil
+}
+
 // next waits up to 10 s for the next control line.
-func (c *child) next() (string, error) {
+func (c *child) next() (string, error) { return c.nextWithin(10 * time.Second) }
+
+// nextWithin waits up to d for the next control line.
+func (c *child) nextWithin(d time.Duration) (string, error) {
 	select {
 	case line, ok := <-c.lines:
 		if !ok {
 			return "", errServerGone
 		}
 		return line, nil
-	case <-time.After(10 * time.Second):
+	case <-time.After(d):
 		return "", errServerGone
 	}
 }

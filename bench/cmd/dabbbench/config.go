@@ -42,7 +42,7 @@ var payloads = map[string]int{"small": 0, "16k": 16 << 10, "1m": 1 << 20}
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("dabbbench", flag.ContinueOnError)
-	names := fs.String("frameworks", frameworks.Names(), "comma-separated frameworks to run; "+frameworks.ExtraNames()+" (over TLS 1.3) run only when named")
+	names := fs.String("frameworks", frameworks.Names(), "comma-separated frameworks to run; "+frameworks.ExtraNames()+" (over TLS 1.3) and "+frameworks.DubboNames()+" (Dubbo's hessian2) run only when named; \"default\" stands for the default list, \"dubbo\" for "+frameworks.DubboNames())
 	conc := fs.String("c", "1,16,128,1024", "comma-separated concurrency levels (goroutines sharing one client)")
 	duration := fs.Duration("duration", 4*time.Second, "measured window per point")
 	warmup := fs.Duration("warmup", time.Second, "warm-up before each window of the first round (half of it, at least 250ms, in later rounds)")
@@ -69,8 +69,8 @@ func parseFlags(args []string) (config, error) {
 	cfg := config{duration: *duration, warmup: *warmup, rounds: *rounds, payload: *payload, mix: *mix,
 		mixC: *mixC, large: *large, out: *out, profile: *profile, readme: *readme, allocs: *allocs,
 		scale: *scaleOn, sweep: *sweep, scaleCfg: defaultScale(), args: args}
-	for _, n := range strings.Split(*names, ",") {
-		f, err := frameworks.Lookup(strings.TrimSpace(n))
+	for _, n := range expandGroups(*names) {
+		f, err := frameworks.Lookup(n)
 		if err != nil {
 			return config{}, fmt.Errorf("%w: -frameworks: %w", ErrUsage, err)
 		}
@@ -109,6 +109,23 @@ func parseFlags(args []string) (config, error) {
 		cfg.size = 0
 	}
 	return cfg, nil
+}
+
+// expandGroups splits the -frameworks list, with "default" replaced by
+// the default frameworks and "dubbo" by the Dubbo ones.
+func expandGroups(list string) []string {
+	var out []string
+	for _, n := range strings.Split(list, ",") {
+		switch n = strings.TrimSpace(n); n {
+		case "default":
+			out = append(out, strings.Split(frameworks.Names(), ",")...)
+		case "dubbo":
+			out = append(out, strings.Split(frameworks.DubboNames(), ",")...)
+		default:
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // spec is one point of the sweep as configured, measured on every
@@ -163,6 +180,18 @@ func (c config) windowsLeft(r, i int) (int, time.Duration) {
 		d += time.Duration(k) * (c.warmupFor(r) + c.duration)
 	}
 	return n, d
+}
+
+// inProcessNames returns the names of the chosen frameworks that the
+// in-process benchmarks can run: not those with a program of their own.
+func (c config) inProcessNames() []string {
+	var names []string
+	for _, f := range c.frameworks {
+		if f.Program == "" {
+			names = append(names, f.Name)
+		}
+	}
+	return names
 }
 
 // frameworkNames returns the names of the chosen frameworks.

@@ -9,6 +9,11 @@
 //
 // The TLS frameworks, dabb-tls and grpc-tls, run only when named. Their
 // server processes get the run's certificates in DABBBENCH_TLS.
+// The Dubbo frameworks, dabb-hessian2 and dubbo-go, also run only when
+// named ("-frameworks default,dubbo" adds them to the default list).
+// dubbo-go is a program of its own module (bench/dubbogo), which the
+// command builds and runs as both the server and the client process; its
+// client runs the closed loop itself and reports each window (remote.go).
 //
 // Each framework's server runs in a separate process (this program with
 // -server), so the CPU time of each side is its own getrusage. The client

@@ -118,6 +118,7 @@ func run(cfg config, stdout, stderr io.Writer) error {
 		stopProfile = sync.OnceFunc(stop)
 		defer stopProfile()
 	}
+	defer programs.removeAll()
 	var ents []*entrant
 	defer func() {
 		for _, e := range ents {
@@ -164,7 +165,7 @@ func run(cfg config, stdout, stderr io.Writer) error {
 	res.loadTo = loadAvg()
 	if cfg.allocs {
 		prog.beginTail("allocations", "in-process benchmarks")
-		res.allocs = measureAllocs(context.Background(), cfg.frameworkNames())
+		res.allocs = measureAllocs(context.Background(), cfg.inProcessNames())
 		prog.end()
 		if res.allocs.err != nil {
 			prog.logf("%v", res.allocs.err)
@@ -192,6 +193,9 @@ type entrant struct {
 	f      frameworks.Framework
 	ch     *child
 	client frameworks.Client
+	// remote is the client process of a framework with a program of its
+	// own (f.Program), which runs the closed loop; client is nil then
+	remote *child
 	err    error // why it was dropped from the sweep; nil while it runs
 	// stalled is set when a window of it stalled (errStalled): its
 	// callers may still be blocked in the client
@@ -204,6 +208,10 @@ func (e *entrant) close() {
 	if e.client != nil {
 		e.client.Close()
 		e.client = nil
+	}
+	if e.remote != nil {
+		e.remote.stop()
+		e.remote = nil
 	}
 	if e.ch != nil {
 		e.ch.stop()
@@ -233,6 +241,18 @@ func startEntrant(f frameworks.Framework, cfg config, log io.Writer) (*entrant, 
 		return nil, err
 	}
 	e := &entrant{f: f, ch: ch}
+	if f.Program != "" {
+		// The program's client checks a first call before it is ready.
+		var cliProfile string
+		if cfg.profile != "" {
+			cliProfile = filepath.Join(cfg.profile, f.Name+"-client.pprof")
+		}
+		if e.remote, err = startRemote(f, ch.addr, cliProfile, log); err != nil {
+			e.close()
+			return nil, err
+		}
+		return e, nil
+	}
 	e.client, err = f.Dial(ch.addr)
 	if err != nil {
 		e.close()
@@ -327,6 +347,9 @@ func rotation(r, n int) []int {
 
 // measureEntrant is the measureFunc of a real run.
 func measureEntrant(e *entrant, w window) (point, error) {
+	if e.remote != nil {
+		return measureRemote(e.remote, e.ch, w.spec, w.warmup, w.duration)
+	}
 	return measure(e.client, e.ch, w.spec, w.warmup, w.duration)
 }
 
