@@ -14,6 +14,16 @@ import (
 // two periods.
 const inlinePeriod = time.Millisecond
 
+// inlineQuick is the longest a call run on its reader may take without
+// consequence. A call that took longer sends the next inlineSkip requests
+// of its connection to workers. A handler that waits (on a database, on
+// another service) would otherwise hold back every frame that comes
+// behind it on the connection, up to the watch's 2 ms, call after call.
+const (
+	inlineQuick = 100 * time.Microsecond
+	inlineSkip  = 64
+)
+
 // inlineIdleLooks is how many looks without a call run inline stop the
 // watch until the next one.
 const inlineIdleLooks = 64

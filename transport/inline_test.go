@@ -18,21 +18,63 @@ func readerGoroutines() int {
 	return strings.Count(string(buf), "transport.(*serverConn).read(")
 }
 
-// Sequential calls, each alone on its connection, run on the reader:
-// no worker goroutine starts.
+// inlineRuns returns how many calls s ran on their reader.
+func inlineRuns(s *Server) uint64 {
+	s.inline.mu.Lock()
+	defer s.inline.mu.Unlock()
+	return s.inline.runs
+}
+
+// Sequential calls, each alone on its connection, run on the reader.
 func TestInlineCallsRunOnTheReader(t *testing.T) {
-	eventually(t, "earlier tests' workers to exit", func() bool { return workerGoroutines() == 0 })
 	ts := startServer(t, echo, ServerConfig{})
 	p := newPool(t, Config{ConnsPerAddr: 1})
-	for i := range 100 {
+	const calls = 100
+	for i := range calls {
 		resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("x"))
 		if err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
 		p.Release(resp)
 	}
-	if n := workerGoroutines(); n != 0 {
-		t.Fatalf("%d worker goroutines after 100 sequential calls, want 0: calls alone on their connection go to workers", n)
+	// An echo that takes over inlineQuick on a loaded machine sends the
+	// next calls to workers for a while.
+	if n := inlineRuns(ts.srv); n < calls/2 {
+		t.Fatalf("%d of %d sequential calls ran on the reader, want %d at least", n, calls, calls/2)
+	}
+}
+
+// After a call run on the reader took longer than inlineQuick (its
+// handler waited), the next calls of the connection go to workers.
+func TestSlowInlineCallSendsNextToWorkers(t *testing.T) {
+	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		if string(req.Payload) == "slow" {
+			time.Sleep(3 * inlineQuick)
+		}
+		echo(ctx, req, resp)
+	}), ServerConfig{})
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	call := func(payload string) {
+		t.Helper()
+		resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest(payload))
+		if err != nil {
+			t.Fatalf("call %s: %v", payload, err)
+		}
+		p.Release(resp)
+	}
+	call("slow")
+	if n := inlineRuns(ts.srv); n != 1 {
+		t.Fatalf("the first call did not run on the reader (%d runs)", n)
+	}
+	for range inlineSkip {
+		call("fast")
+	}
+	if n := inlineRuns(ts.srv); n != 1 {
+		t.Fatalf("%d calls ran on the reader after a slow one, want none of the next %d", n-1, inlineSkip)
+	}
+	call("fast")
+	if n := inlineRuns(ts.srv); n != 2 {
+		t.Fatalf("after %d calls on workers, the next did not run on the reader (%d runs)", inlineSkip, n)
 	}
 }
 

@@ -364,6 +364,20 @@ func (call *serverCall) run() {
 	// Deferred, so a handler that ends its goroutine (runtime.Goexit, as
 	// t.FailNow does) still gets its answer written and its slot back.
 	defer call.finish()
+	call.handle()
+}
+
+// runTimed runs the call as run does and returns how long its handler
+// took.
+func (call *serverCall) runTimed() time.Duration {
+	defer call.finish()
+	start := time.Now()
+	call.handle()
+	return time.Since(start)
+}
+
+// handle calls the handler with the call's context.
+func (call *serverCall) handle() {
 	s := call.sc.s
 	req := &call.req
 	if req.Header.Flags().IsTwoWay() || req.Timeout > 0 {

@@ -50,6 +50,9 @@ type readState struct {
 	rd    *protocol.Reader
 	first bool // no frame read yet
 	valid bool // a valid frame was read
+	// skip counts the requests still to hand to workers, after a call
+	// run here took longer than inlineQuick.
+	skip int
 }
 
 // read reads and dispatches frames until the connection fails, or until
@@ -135,14 +138,22 @@ func (sc *serverConn) read(st *readState) {
 		case !f.IsRequest():
 			putServerCall(call) // a stray response: nothing waits for it
 		default:
-			if !sc.dispatch(call, br.Buffered() == 0) {
+			mayInline := st.skip == 0 && br.Buffered() == 0
+			if st.skip > 0 {
+				st.skip--
+			}
+			if !sc.dispatch(call, mayInline) {
 				continue
 			}
 			// Alone on its connection: the call runs here, with no
 			// hand-off to a worker (inline.go).
 			inline = true
 			s.inline.enter(s, sc, st)
-			call.run()
+			if call.runTimed() > inlineQuick {
+				// A frame that came meanwhile waited for this handler. The
+				// connection's next calls go to workers for a while.
+				st.skip = inlineSkip
+			}
 			inline = false
 			if !s.inline.leave(sc) {
 				handed = true
