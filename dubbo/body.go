@@ -306,34 +306,64 @@ func DecodeRequest(body []byte, lim Limits) (*Request, error) {
 // its last field are ignored. Errors match ErrMalformed, ErrTooLarge or
 // ErrUnknownClass.
 func DecodeResponse(body []byte, lim Limits) (*Response, error) {
-	s := &scanner{buf: body, maxDepth: lim.depth(), allow: responseClass}
-	head, err := s.values(1, "result flag")
+	s, flag, n, err := scanResponse(body, lim)
 	if err != nil {
 		return nil, err
 	}
+	return s.decodeResponse(flag, n)
+}
+
+// responseException checks the body of a response of status 20 as
+// DecodeResponse does, and decodes only an exception; nil means a value or
+// null. The transport's read loop asks this; the codec decodes the value
+// once, into the caller's type.
+func responseException(body []byte, lim Limits) (*Exception, error) {
+	s, flag, n, err := scanResponse(body, lim)
+	if err != nil || flag%3 != ResponseWithException {
+		return nil, err
+	}
+	r, err := s.decodeResponse(flag, n)
+	if err != nil {
+		return nil, err
+	}
+	return r.Exception, nil
+}
+
+// scanResponse reads a response's result flag and checks the n values
+// that follow it; s is left at their end, its start at their start.
+func scanResponse(body []byte, lim Limits) (s *scanner, flag byte, n int, err error) {
+	s = &scanner{buf: body, maxDepth: lim.depth(), allow: responseClass}
+	head, err := s.values(1, "result flag")
+	if err != nil {
+		return nil, 0, 0, err
+	}
 	f, ok := head[0].(int32)
 	if !ok || f < 0 || f > 5 {
-		return nil, fmt.Errorf("%w: result flag %v is none of 0 to 5", ErrMalformed, head[0])
+		return nil, 0, 0, fmt.Errorf("%w: result flag %v is none of 0 to 5", ErrMalformed, head[0])
 	}
-	flag := byte(f)
-	n := 0 // the values after the flag
+	flag = byte(f)
 	if flag%3 != ResponseNullValue {
 		n++
 	}
 	if flag >= ResponseWithExceptionWithAttachments {
 		n++
 	}
-	start := s.off
+	s.start = s.off
 	s.first = -1
 	for i := range n {
 		if s.off == len(body) {
-			return nil, fmt.Errorf("%w: result flag %d needs %d values after it; the body holds %d", ErrMalformed, flag, n, i)
+			return nil, 0, 0, fmt.Errorf("%w: result flag %d needs %d values after it; the body holds %d", ErrMalformed, flag, n, i)
 		}
 		if err := s.value(0); err != nil {
-			return nil, err
+			return nil, 0, 0, err
 		}
 	}
-	vals, err := decodeValues(body[start:s.off], n)
+	return s, flag, n, nil
+}
+
+// decodeResponse decodes the n values scanResponse checked.
+func (s *scanner) decodeResponse(flag byte, n int) (*Response, error) {
+	vals, err := decodeValues(s.buf[s.start:s.off], n)
 	if err != nil {
 		return nil, err
 	}

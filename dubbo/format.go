@@ -277,13 +277,13 @@ func decodeResponseBody(m *protocol.Message, body []byte) error {
 		m.Payload = append(body[:0], msg...)
 		return nil
 	}
-	r, err := DecodeResponse(body, Limits{})
+	exc, err := responseException(body, Limits{})
 	if err != nil {
 		return err
 	}
-	if r.Exception != nil {
+	if exc != nil {
 		m.Header.SetStatus(protocol.StatusServiceError)
-		m.Payload = append(body[:0], r.Exception.Error()...)
+		m.Payload = append(body[:0], exc.Error()...)
 		return nil
 	}
 	m.Payload = body

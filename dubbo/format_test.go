@@ -223,3 +223,39 @@ func TestRequestTimeoutZeroIsNoBudget(t *testing.T) {
 		}
 	}
 }
+
+// The read loop checks a value response and leaves its decoding to the
+// codec, which decodes it once into the caller's type: Format.DecodeBody
+// of a value allocates a fraction of what decoding it does. With a full
+// decode in the read loop, every response would be decoded twice.
+func TestDecodeBodyLeavesValueToCodec(t *testing.T) {
+	list := make([]any, 200)
+	for i := range list {
+		list[i] = fmt.Sprintf("item %d of a result list", i)
+	}
+	body, err := AppendResponse(nil, &Response{Value: list})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m protocol.Message
+	m.Header.Init(protocol.MakeFlags(0, Hessian2ID), protocol.StatusOK, 1)
+	buf := make([]byte, len(body))
+	check := testing.AllocsPerRun(50, func() {
+		copy(buf, body)
+		if err := (Format{}).DecodeBody(&m, buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	decode := testing.AllocsPerRun(50, func() {
+		if _, err := DecodeResponse(body, Limits{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if check*4 > decode {
+		t.Fatalf("Format.DecodeBody of a 200-string result allocates %v times, decoding it %v: "+
+			"the read loop decodes values the codec decodes again", check, decode)
+	}
+	if len(m.Payload) != len(body) {
+		t.Fatalf("the payload is %d bytes, want the %d-byte body for the codec", len(m.Payload), len(body))
+	}
+}

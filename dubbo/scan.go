@@ -13,6 +13,7 @@ import "fmt"
 type scanner struct {
 	buf      []byte
 	off      int
+	start    int // where the values after a response's result flag begin
 	maxDepth int
 	// classes holds the field count of each class definition seen, in
 	// order; an object names its class by index into it.
