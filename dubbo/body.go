@@ -437,7 +437,10 @@ func decodeValues(seg []byte, n int) (vals []any, err error) {
 			vals, err = nil, fmt.Errorf("%w: the hessian2 decoder panicked: %v", ErrMalformed, p)
 		}
 	}()
-	d := hessian.NewStrictDecoder(seg)
+	// The library's own constructor gives each decoder a 4 KiB read
+	// buffer; the segment is in memory, so a buffer of its size does.
+	d := hessian.NewDecoderSize(seg, min(max(len(seg), 16), 4096))
+	d.Strict = true
 	vals = make([]any, n)
 	for i := range vals {
 		if vals[i], err = d.Decode(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"testing"
 	"time"
 
@@ -257,5 +258,28 @@ func TestDecodeBodyLeavesValueToCodec(t *testing.T) {
 	}
 	if len(m.Payload) != len(body) {
 		t.Fatalf("the payload is %d bytes, want the %d-byte body for the codec", len(m.Payload), len(body))
+	}
+}
+
+// A small body's decoder reads through a buffer of the body's size, not
+// the library's 4 KiB: decoding a short request's arguments allocates far
+// less than 4 KiB.
+func TestDecodeSmallBodyAllocatesLittle(t *testing.T) {
+	payload, err := Codec{}.Marshal(nil, &Args{Types: "JI", Values: []any{int64(10086), int32(2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const n = 100
+	for range n {
+		var a Args
+		if err := (Codec{}).Unmarshal(payload, &a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per >= 4096 {
+		t.Fatalf("decoding a %d-byte argument list allocates %d bytes: a decoder with a 4 KiB buffer per value segment", len(payload), per)
 	}
 }
