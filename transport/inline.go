@@ -123,7 +123,9 @@ func (iw *inlineWatch) loop(s *Server) {
 		iw.mu.Unlock()
 		for i, sc := range slow {
 			// The reader will see it was taken off running and stop
-			// after its call.
+			// after its call, leaving its state alone. The new reader
+			// sends the next calls to workers, as after any slow call.
+			sc.inlineState.skip = inlineSkip
 			sc.resume(sc.inlineState)
 			slow[i] = nil
 		}

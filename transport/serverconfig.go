@@ -109,10 +109,15 @@ type ServerConfig struct {
 	// noInline sends every request to a worker, as before calls ran on
 	// their reader (tests and benchmarks compare the two).
 	noInline bool
+	// inlineQuick replaces the const of that name when positive (tests).
+	inlineQuick time.Duration
 }
 
 // withDefaults returns cfg with every unset field at its default.
 func (cfg ServerConfig) withDefaults() ServerConfig {
+	if cfg.inlineQuick <= 0 {
+		cfg.inlineQuick = inlineQuick
+	}
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 10000
 	}

@@ -149,15 +149,17 @@ func (sc *serverConn) read(st *readState) {
 			// hand-off to a worker (inline.go).
 			inline = true
 			s.inline.enter(s, sc, st)
-			if call.runTimed() > inlineQuick {
+			took := call.runTimed()
+			inline = false
+			if !s.inline.leave(sc) {
+				// st is the new reader's now (the watch set its skip).
+				handed = true
+				return
+			}
+			if took > s.cfg.inlineQuick {
 				// A frame that came meanwhile waited for this handler. The
 				// connection's next calls go to workers for a while.
 				st.skip = inlineSkip
-			}
-			inline = false
-			if !s.inline.leave(sc) {
-				handed = true
-				return
 			}
 		}
 	}
