@@ -79,15 +79,18 @@ func frameBuffered(r *bufio.Reader) bool {
 	return err == nil && n >= 4+int(binary.BigEndian.Uint32(hdr[:4]))
 }
 
-type rawServer struct {
+// connServer accepts connections on l and serves each on a goroutine of
+// its own with serve, until Close.
+type connServer struct {
 	l     net.Listener
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 }
 
-func serveRaw(l net.Listener) (io.Closer, error) {
-	s := &rawServer{l: l, conns: make(map[net.Conn]struct{})}
+// serveConns starts a connServer that runs serve for each connection.
+func serveConns(l net.Listener, serve func(net.Conn)) *connServer {
+	s := &connServer{l: l, conns: make(map[net.Conn]struct{})}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -100,23 +103,48 @@ func serveRaw(l net.Listener) (io.Closer, error) {
 			s.conns[conn] = struct{}{}
 			s.mu.Unlock()
 			s.wg.Add(1)
-			go s.serveConn(conn)
+			go func() {
+				defer s.done(conn)
+				serve(conn)
+			}()
 		}
 	}()
-	return s, nil
+	return s
 }
 
-// serveConn answers the frames of conn until it fails: each request's
+// done closes and forgets conn after its serve returned.
+func (s *connServer) done(conn net.Conn) {
+	conn.Close()
+	s.mu.Lock()
+	delete(s.conns, conn)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// Close closes the listener and every connection, and waits for their
+// goroutines.
+func (s *connServer) Close() error {
+	err := s.l.Close()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+func serveRaw(l net.Listener) (io.Closer, error) {
+	return serveConns(l, serveRawConnection), nil
+}
+
+// serveRawConnection answers the frames of conn until it fails: each request's
 // answer is appended to out, and out is written once no whole frame is
 // left in the read buffer.
-func (s *rawServer) serveConn(conn net.Conn) {
-	defer func() {
-		conn.Close()
-		s.mu.Lock()
-		delete(s.conns, conn)
-		s.mu.Unlock()
-		s.wg.Done()
-	}()
+func serveRawConnection(conn net.Conn) {
 	br := bufio.NewReaderSize(conn, rawBufSize)
 	var hdr [rawHeader]byte
 	var in, out []byte
@@ -148,20 +176,6 @@ func (s *rawServer) serveConn(conn net.Conn) {
 		}
 		out = out[:0]
 	}
-}
-
-func (s *rawServer) Close() error {
-	err := s.l.Close()
-	s.mu.Lock()
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-	if errors.Is(err, net.ErrClosed) {
-		err = nil
-	}
-	return err
 }
 
 // rawCall is one call in flight; pooled with its buffers.

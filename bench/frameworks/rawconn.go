@@ -3,7 +3,6 @@ package frameworks
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -31,42 +30,13 @@ func RawConn() Framework {
 	}
 }
 
-type rawConnServer struct {
-	l     net.Listener
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-}
-
 func serveRawConn(l net.Listener) (io.Closer, error) {
-	s := &rawConnServer{l: l, conns: make(map[net.Conn]struct{})}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.conns[conn] = struct{}{}
-			s.mu.Unlock()
-			s.wg.Add(1)
-			go s.serveConn(conn)
-		}
-	}()
-	return s, nil
+	return serveConns(l, serveRawConnConnection), nil
 }
 
-// serveConn answers the frames of conn one at a time until it fails.
-func (s *rawConnServer) serveConn(conn net.Conn) {
-	defer func() {
-		conn.Close()
-		s.mu.Lock()
-		delete(s.conns, conn)
-		s.mu.Unlock()
-		s.wg.Done()
-	}()
+// serveRawConnConnection answers the frames of conn one at a time until it
+// fails.
+func serveRawConnConnection(conn net.Conn) {
 	br := bufio.NewReaderSize(conn, rawBufSize)
 	var hdr [rawHeader]byte
 	var in, out []byte
@@ -90,20 +60,6 @@ func (s *rawConnServer) serveConn(conn net.Conn) {
 			return
 		}
 	}
-}
-
-func (s *rawConnServer) Close() error {
-	err := s.l.Close()
-	s.mu.Lock()
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-	if errors.Is(err, net.ErrClosed) {
-		err = nil
-	}
-	return err
 }
 
 // rawConnConn is one connection of a raw-conn client with its buffers;
