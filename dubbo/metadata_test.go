@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dabbrpc/dabb"
 	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/internal/zktest"
 	"github.com/dabbrpc/dabb/proxy"
@@ -237,21 +236,7 @@ func TestServiceDefinitionPublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := dabb.NewServer(dabb.WithLogger(testLogger(t)), dabb.WithRegistry(reg))
-	if err := s.RegisterService(desc, st); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
-	defer func() {
-		close(st.release)
-		s.Close()
-		<-done
-	}()
+	s, _ := serveOnRegistry(t, reg, desc, st)
 	// Register writes the definition once the provider node is in place.
 	node := "/dubbo/metadata/" + iface + "/1.0/provider/shop"
 	wait.Until(t, 10*time.Second, 20*time.Millisecond, node+" to be written", func() bool {

@@ -571,21 +571,7 @@ func TestServicePublishedInDubboLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := dabb.NewServer(dabb.WithLogger(testLogger(t)), dabb.WithRegistry(reg))
-	if err := s.RegisterService(desc, st); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
-	defer func() {
-		close(st.release)
-		s.Close()
-		<-done
-	}()
+	s, l := serveOnRegistry(t, reg, desc, st)
 	// Serve answers calls once it has published.
 	fc := dialFrames(t, l.Addr().String())
 	if o := fc.call(requestWith(t, &Request{Path: iface, Version: "1.0", Method: "stock", Args: []any{int64(10086)}})); o.status != protocol.StatusOK {
@@ -641,4 +627,27 @@ func TestServeJavaHeartbeat(t *testing.T) {
 	if o := fc.call(request(t, "stock", "J", int64(10086))); o.status != protocol.StatusOK {
 		t.Errorf("a call after the heartbeat: %v", o)
 	}
+}
+
+// serveOnRegistry serves desc, implemented by st, on a loopback listener
+// with reg as the server's registry, until the test ends; st's waiting
+// calls are released first.
+func serveOnRegistry(t *testing.T, reg *Registry, desc *dabb.ServiceDesc, st *store) (*dabb.Server, net.Listener) {
+	t.Helper()
+	s := dabb.NewServer(dabb.WithLogger(testLogger(t)), dabb.WithRegistry(reg))
+	if err := s.RegisterService(desc, st); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	t.Cleanup(func() {
+		close(st.release)
+		s.Close()
+		<-done
+	})
+	return s, l
 }
