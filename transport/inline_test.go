@@ -2,6 +2,8 @@ package transport
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -185,5 +187,112 @@ func TestInlineCallCancelled(t *testing.T) {
 	}
 	if got := <-done; got != context.Canceled {
 		t.Fatalf("the handler's context ended with %v, want context.Canceled", got)
+	}
+}
+
+// writeBurst writes one request per payload, ids 1 up, in one write, so
+// the server reads them in one burst.
+func writeBurst(t *testing.T, c net.Conn, payloads ...string) {
+	t.Helper()
+	var b []byte
+	for i, p := range payloads {
+		req := newRequest(p)
+		req.Header.SetID(uint64(i + 1))
+		b = protocol.AppendMessage(b, req)
+	}
+	if _, err := c.Write(b); err != nil {
+		t.Fatalf("write the burst: %v", err)
+	}
+}
+
+// serverWrites returns how many writes the connection's writer made.
+func serverWrites(sc *serverConn) uint64 {
+	sc.w.mu.Lock()
+	defer sc.w.mu.Unlock()
+	return sc.w.writes
+}
+
+// The requests of a burst run one after the other on the reader, and
+// their answers leave in one write.
+func TestBurstRunsOnTheReaderInOneWrite(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{inlineQuick: time.Hour})
+	c, rd := serveRaw(t, ts.addr)
+	conns := ts.srv.openConns()
+	if len(conns) != 1 {
+		t.Fatalf("%d server connections, want 1", len(conns))
+	}
+	writes := serverWrites(conns[0])
+	const n = 8
+	payloads := make([]string, n)
+	for i := range payloads {
+		payloads[i] = fmt.Sprint("call ", i+1)
+	}
+	writeBurst(t, c, payloads...)
+	for i := range n {
+		m := readResponse(t, rd, c)
+		if m.Header.ID() != uint64(i+1) || string(m.Payload) != payloads[i] {
+			t.Fatalf("answer %d: id %d, payload %q; want id %d, %q", i, m.Header.ID(), m.Payload, i+1, payloads[i])
+		}
+	}
+	if runs := inlineRuns(ts.srv); runs != n {
+		t.Errorf("%d of the burst's %d calls ran on the reader, want all", runs, n)
+	}
+	if got := serverWrites(conns[0]) - writes; got != 1 {
+		t.Errorf("the burst's answers took %d writes, want 1", got)
+	}
+}
+
+// The calls of a burst run on the reader only while together they took
+// under inlineQuick: the frames behind them wait for them. Each call is
+// well under the watch's period, which would move the reading on by
+// itself.
+func TestBurstOverQuickGoesToWorkers(t *testing.T) {
+	const quick = 300 * time.Microsecond
+	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		// A sleep this short may take a millisecond: spin instead.
+		for start := time.Now(); time.Since(start) < quick*2/3; {
+		}
+		echo(ctx, req, resp)
+	}), ServerConfig{inlineQuick: quick})
+	c, rd := serveRaw(t, ts.addr)
+	writeBurst(t, c, "a", "b", "c", "d")
+	got := map[uint64]bool{}
+	for range 4 {
+		got[readResponse(t, rd, c).Header.ID()] = true
+	}
+	if len(got) != 4 {
+		t.Fatalf("answers for ids %v, want 1 to 4", got)
+	}
+	// Two calls took over quick together, so the third and fourth went to
+	// workers (only one, if the first call's sleep overran by half).
+	if runs := inlineRuns(ts.srv); runs > 2 {
+		t.Errorf("%d of 4 calls of %v each ran on the reader, want at most 2 within %v", runs, quick*2/3, quick)
+	}
+}
+
+// A call of a burst that runs long does not hold back the answers of the
+// others: the reading moves on, and the answers held for the burst leave
+// while the long call still runs.
+func TestSlowCallInBurstHoldsNoAnswers(t *testing.T) {
+	release := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		if string(req.Payload) == "slow" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		echo(ctx, req, resp)
+	})
+	ts := startServer(t, h, ServerConfig{inlineQuick: time.Hour})
+	c, rd := serveRaw(t, ts.addr)
+	writeBurst(t, c, "before", "slow", "after")
+	first, second := readResponse(t, rd, c), readResponse(t, rd, c)
+	if ids := [2]uint64{first.Header.ID(), second.Header.ID()}; ids != [2]uint64{1, 3} && ids != [2]uint64{3, 1} {
+		t.Fatalf("answers %v came while the slow call ran, want 1 and 3", ids)
+	}
+	close(release)
+	if m := readResponse(t, rd, c); m.Header.ID() != 2 {
+		t.Fatalf("answer %d came last, want the slow call's, 2", m.Header.ID())
 	}
 }

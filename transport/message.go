@@ -3,6 +3,7 @@
 package transport
 
 import (
+	"bufio"
 	"sync"
 
 	"github.com/dabbrpc/dabb/protocol"
@@ -22,4 +23,27 @@ func getMessage() *protocol.Message { return msgPool.Get().(*protocol.Message) }
 func putMessage(m *protocol.Message) {
 	m.Recycle()
 	msgPool.Put(m)
+}
+
+// frameLen returns the length of br's next frame, header and body, once
+// its header is in the read buffer. It reads from the connection only
+// until the header is buffered.
+func frameLen(br *bufio.Reader) (int, error) {
+	h, err := br.Peek(protocol.HeaderLen)
+	if err != nil {
+		return 0, err
+	}
+	var hdr protocol.Header
+	copy(hdr[:], h)
+	return protocol.HeaderLen + int(hdr.BodyLen()), nil
+}
+
+// wholeFrame reports whether br's buffer holds its next frame whole. It
+// never reads from the connection.
+func wholeFrame(br *bufio.Reader) bool {
+	if br.Buffered() < protocol.HeaderLen {
+		return false
+	}
+	n, err := frameLen(br)
+	return err == nil && br.Buffered() >= n
 }

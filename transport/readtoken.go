@@ -168,7 +168,7 @@ func (c *clientConn) readOwn(ctx context.Context, id uint64, cl *call, gen uint6
 		stop = context.AfterFunc(ctx, func() { c.interrupt(gen) })
 	}
 	for {
-		n, err := c.frameLen()
+		n, err := frameLen(c.br)
 		if err == nil && n > c.br.Size() {
 			// The reader goroutine reads frames too large to wait for
 			// here without losing a part at a deadline.
@@ -237,18 +237,6 @@ func stopWatch(stop func() bool) {
 	if stop != nil {
 		stop()
 	}
-}
-
-// frameLen returns the length of the next frame, header and body, once
-// its header is in the read buffer.
-func (c *clientConn) frameLen() (int, error) {
-	h, err := c.br.Peek(protocol.HeaderLen)
-	if err != nil {
-		return 0, err
-	}
-	var hdr protocol.Header
-	copy(hdr[:], h)
-	return protocol.HeaderLen + int(hdr.BodyLen()), nil
 }
 
 // takeOwn removes the holder's own call from the pending table and passes

@@ -244,9 +244,9 @@ func (sc *serverConn) logReadError(err error) {
 
 // dispatch hands one request to a worker, or answers it at once when it
 // cannot run. It reports true, having handed it to no one, when the reader
-// should run the call itself: nothing else of the connection is in flight
-// and, with drained, no other frame waits in the read buffer.
-func (sc *serverConn) dispatch(call *serverCall, drained bool) (inline bool) {
+// should run the call itself: mayInline is set and nothing else of the
+// connection is in flight.
+func (sc *serverConn) dispatch(call *serverCall, mayInline bool) (inline bool) {
 	s := sc.s
 	n := sc.inflight.Add(1)
 	if n < 0 {
@@ -304,7 +304,7 @@ func (sc *serverConn) dispatch(call *serverCall, drained bool) (inline bool) {
 		sc.running[req.Header.ID()] = call
 		sc.callsMu.Unlock()
 	}
-	if n == 1 && drained && !s.cfg.noInline {
+	if n == 1 && mayInline && !s.cfg.noInline {
 		return true
 	}
 	s.workers.handOff(call)

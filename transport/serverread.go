@@ -50,9 +50,15 @@ type readState struct {
 	rd    *protocol.Reader
 	first bool // no frame read yet
 	valid bool // a valid frame was read
-	// skip counts the requests still to hand to workers, after a call
-	// run here took longer than inlineQuick.
+	// skip counts the requests still to hand to workers, after calls
+	// run here held back the frames behind them longer than inlineQuick.
 	skip int
+	// corked: the connection's writer holds the answers of the burst of
+	// calls run here until the read buffer has no whole frame left.
+	corked bool
+	// burst is how long the calls run here since the read buffer last
+	// ran out of whole frames took.
+	burst time.Duration
 }
 
 // read reads and dispatches frames until the connection fails, or until
@@ -80,6 +86,16 @@ func (sc *serverConn) read(st *readState) {
 	}()
 	br, rd := st.br, st.rd
 	for ; ; st.first = false {
+		if !wholeFrame(br) {
+			// The burst is over, or the frame behind it is still on its
+			// way: its answers leave in one write before the next read
+			// waits.
+			st.burst = 0
+			if st.corked {
+				st.corked = false
+				_ = sc.w.uncork() // a failed write closes the connection itself
+			}
+		}
 		call := serverCallPool.Get().(*serverCall)
 		sc.watch.waiting(br.Buffered() > 0, sc.live.reads.Load())
 		if br.Buffered() == 0 && s.nconns.Load() > lendFrom {
@@ -138,15 +154,21 @@ func (sc *serverConn) read(st *readState) {
 		case !f.IsRequest():
 			putServerCall(call) // a stray response: nothing waits for it
 		default:
-			mayInline := st.skip == 0 && br.Buffered() == 0
+			mayInline := st.skip == 0
 			if st.skip > 0 {
 				st.skip--
 			}
 			if !sc.dispatch(call, mayInline) {
 				continue
 			}
-			// Alone on its connection: the call runs here, with no
-			// hand-off to a worker (inline.go).
+			// No other call runs for this connection: this one runs here,
+			// with no hand-off to a worker (inline.go). The frames read
+			// with it wait for it, and the answers of such a burst leave
+			// together.
+			if !st.corked && wholeFrame(br) {
+				st.corked = true
+				sc.w.cork()
+			}
 			inline = true
 			s.inline.enter(s, sc, st)
 			took := call.runTimed()
@@ -156,9 +178,10 @@ func (sc *serverConn) read(st *readState) {
 				handed = true
 				return
 			}
-			if took > s.cfg.inlineQuick {
-				// A frame that came meanwhile waited for this handler. The
-				// connection's next calls go to workers for a while.
+			if st.burst += took; st.burst > s.cfg.inlineQuick {
+				// The frames that came meanwhile waited for the calls run
+				// here. The connection's next calls go to workers for a
+				// while.
 				st.skip = inlineSkip
 			}
 		}

@@ -41,9 +41,14 @@ type frameWriter struct {
 	// that found nobody joining. A flusher yields before its first write
 	// only while it is positive.
 	company int
-	err     error  // sticky: the first write error, or the close cause
-	writes  uint64 // completed writes, for stall detection
-	seen    uint64 // writes at the previous stall check
+	// corked holds small frames in buf: the server's reader sets it
+	// while it runs a burst of calls, and writes their answers together
+	// when the burst ends (serverread.go). buf is still written at
+	// corkMax.
+	corked bool
+	err    error  // sticky: the first write error, or the close cause
+	writes uint64 // completed writes, for stall detection
+	seen   uint64 // writes at the previous stall check
 
 	acked atomic.Uint64 // the peer's acknowledged bytes at the previous stall check
 
@@ -258,6 +263,10 @@ func (w *frameWriter) flushOrReturn() error {
 		w.mu.Unlock()
 		return nil
 	}
+	if w.corked && len(w.buf) < corkMax {
+		w.mu.Unlock()
+		return nil
+	}
 	w.flushing = true
 	if w.company > 0 {
 		// Callers runnable now append their frames during the yield, and
@@ -270,6 +279,29 @@ func (w *frameWriter) flushOrReturn() error {
 		runtime.Gosched()
 		w.mu.Lock()
 	}
+	return w.flushLoop()
+}
+
+// corkMax is how many bytes a corked writer holds before it writes them.
+const corkMax = 64 << 10
+
+// cork makes small frames wait in the buffer until uncork.
+func (w *frameWriter) cork() {
+	w.mu.Lock()
+	w.corked = true
+	w.mu.Unlock()
+}
+
+// uncork ends cork and writes what waits, unless a flusher is at work,
+// which takes it along.
+func (w *frameWriter) uncork() error {
+	w.mu.Lock()
+	w.corked = false
+	if w.flushing || len(w.buf) == 0 || w.err != nil {
+		w.mu.Unlock()
+		return nil
+	}
+	w.flushing = true
 	return w.flushLoop()
 }
 

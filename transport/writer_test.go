@@ -288,3 +288,52 @@ func TestWrappedConnWritesThroughItsWrite(t *testing.T) {
 	}
 	p.Release(resp)
 }
+
+// A corked writer holds small frames until uncork, or until corkMax
+// bytes wait, and then writes them together.
+func TestWriterCork(t *testing.T) {
+	c := &gateConn{gate: make(chan struct{}), entered: make(chan struct{})}
+	close(c.gate)
+	var w frameWriter
+	w.init(c, func(err error) { t.Errorf("unexpected write error: %v", err) })
+	writes := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.writes)
+	}
+	w.cork()
+	for _, p := range []string{"a", "bb", "ccc"} {
+		if queued, err := w.writeMessage(frameOf(p), limit{}); !queued || err != nil {
+			t.Fatalf("writeMessage while corked = %v, %v", queued, err)
+		}
+	}
+	if n := writes(); n != 0 {
+		t.Fatalf("%d writes while corked, want 0", n)
+	}
+	if err := w.uncork(); err != nil {
+		t.Fatalf("uncork: %v", err)
+	}
+	if n := writes(); n != 1 {
+		t.Fatalf("%d writes after uncork, want 1 with the three frames", n)
+	}
+	if err := w.uncork(); err != nil || writes() != 1 {
+		t.Fatalf("a second uncork: %v, %d writes; want nothing written", err, writes())
+	}
+
+	w.cork()
+	big := strings.Repeat("x", 1<<10)
+	for range corkMax / len(big) {
+		if _, err := w.writeMessage(frameOf(big), limit{}); err != nil {
+			t.Fatalf("writeMessage: %v", err)
+		}
+	}
+	if n := writes(); n != 2 {
+		t.Fatalf("%d writes once %d bytes waited in a corked writer, want 2 (one at corkMax)", n, corkMax)
+	}
+	if err := w.uncork(); err != nil {
+		t.Fatalf("uncork: %v", err)
+	}
+	if !w.idle() {
+		t.Errorf("writer not idle after uncork")
+	}
+}
