@@ -92,7 +92,7 @@ func (iw *inlineWatch) removeLocked(i int) {
 // server closes.
 func (iw *inlineWatch) loop(s *Server) {
 	defer s.wg.Done()
-	t := time.NewTimer(inlinePeriod)
+	t := time.NewTimer(s.cfg.inlinePeriod)
 	defer t.Stop()
 	var slow []*serverConn
 	seenRuns, quiet := uint64(0), 0
@@ -139,7 +139,7 @@ func (iw *inlineWatch) loop(s *Server) {
 				return
 			}
 		}
-		t.Reset(inlinePeriod)
+		t.Reset(s.cfg.inlinePeriod)
 	}
 }
 

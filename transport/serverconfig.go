@@ -111,12 +111,18 @@ type ServerConfig struct {
 	noInline bool
 	// inlineQuick replaces the const of that name when positive (tests).
 	inlineQuick time.Duration
+	// inlinePeriod replaces the const of that name when positive (tests
+	// that must not see the watch move a call on a loaded machine).
+	inlinePeriod time.Duration
 }
 
 // withDefaults returns cfg with every unset field at its default.
 func (cfg ServerConfig) withDefaults() ServerConfig {
 	if cfg.inlineQuick <= 0 {
 		cfg.inlineQuick = inlineQuick
+	}
+	if cfg.inlinePeriod <= 0 {
+		cfg.inlinePeriod = inlinePeriod
 	}
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 10000
