@@ -3,18 +3,17 @@
 # go vet (also for darwin and windows, where the library builds), gofmt,
 # staticcheck, and go test -race over every package (bench/dubbogo's
 # without -race, below), against real ZooKeeper and etcd servers that the
-# tests start on loopback ports. The
-# modules are the library (.), the demo (examples/, the one with etcd's
-# server), the benchmark harness (bench/, so the peers it measures stay
-# out of dabb's go.mod; its tests run the harness on short windows, not a
-# measurement), oteldabb (OpenTelemetry tracing, kept out of dabb's
-# go.mod), dubbo (Dubbo interop, kept out for the same reason) and
-# cmd/dabbctl (the operator's command, a module of its own so that it can
-# import dubbo; its tests run the built binary against real servers).
-# bench/dubbogo is the program of the bench's dubbo-go row, a module of
-# its own so that dubbo-go's requirements stay out of bench's go.mod; no
-# go.work takes it in, so its checks run with GOWORK=off (bench's tests
-# build it the same way).
+# tests start on loopback ports. The modules are the library (.), the demo
+# (examples/, the one with etcd's server), the benchmark harness (bench/,
+# so the peers it measures stay out of dabb's go.mod; its tests run the
+# harness on short windows, not a measurement), oteldabb (OpenTelemetry
+# tracing, kept out of dabb's go.mod), dubbo (Dubbo interop, kept out for
+# the same reason) and cmd/dabbctl (the operator's command, a module of
+# its own so that it can import dubbo; its tests run the built binary
+# against real servers). bench/dubbogo is the program of the bench's
+# dubbo-go row, a module of its own so that dubbo-go's requirements stay
+# out of bench's go.mod; no go.work takes it in, so its checks run with
+# GOWORK=off (bench's tests build it the same way).
 #
 # It installs what the tests need when it is missing: ZooKeeper, etcd,
 # Caucho Hessian and a JDK (for the dubbo module's Java test) from Debian's
@@ -101,13 +100,15 @@ for m in "${modules[@]}"; do
 			# In no workspace: bench/go.work above it does not use it.
 			export GOWORK=off
 		fi
-		# darwin and windows are vetted where files differ by platform. In
-		# the root module those are transport, registry and
-		# internal/proctest: every other package is the same Go on every
-		# platform, and vetting all of them for two more platforms cost
-		# about 200 s on a cold machine. dabbctl is vetted whole (a few
-		# seconds). dubbo, examples and oteldabb have no such files, and
-		# the bench programs run on linux.
+		# darwin and windows are vetted where the library's files differ by
+		# platform. In the root module those are transport, registry and
+		# internal/proctest; every other package builds from the same
+		# files everywhere, and vetting them for two more platforms cost
+		# about 200 s on a cold machine. Tests run on linux only, so the
+		# root's, registry/etcd's and registry/zk's test files per
+		# platform are not vetted elsewhere. dabbctl is vetted whole. dubbo,
+		# examples and oteldabb have no files per platform, and the bench
+		# programs run on linux.
 		case "$m" in
 		.)
 			echo "== $m: go vet (linux; darwin and windows for the packages with files per platform)"

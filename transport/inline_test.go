@@ -77,11 +77,8 @@ func TestSlowInlineCallSendsNextToWorkers(t *testing.T) {
 	}
 	// A worker books its call's end after the answer left: the next
 	// request may find it still counted, and run on a worker.
-	conns := ts.srv.openConns()
-	if len(conns) != 1 {
-		t.Fatalf("%d server connections, want 1", len(conns))
-	}
-	eventually(t, "the calls on workers to end", func() bool { return conns[0].inflight.Load() == 0 })
+	sc := onlyConn(t, ts.srv)
+	eventually(t, "the calls on workers to end", func() bool { return sc.inflight.Load() == 0 })
 	call("fast")
 	if n := inlineRuns(ts.srv); n != 2 {
 		t.Fatalf("after %d calls on workers, the next did not run on the reader (%d runs)", inlineSkip, n)
@@ -213,9 +210,19 @@ func writeBurst(t *testing.T, c net.Conn, payloads ...string) {
 	}
 }
 
-// writesSince waits until the connection's writer has made a write after
-// the first base and is idle, and returns how many it made. The peer may
-// read a write's bytes before the writer books it.
+// onlyConn returns s's one open connection.
+func onlyConn(t *testing.T, s *Server) *serverConn {
+	t.Helper()
+	conns := s.openConns()
+	if len(conns) != 1 {
+		t.Fatalf("%d server connections, want 1", len(conns))
+	}
+	return conns[0]
+}
+
+// writesSince waits until the connection's writer has made more than base
+// writes and is idle, and returns how many it made after base. The peer
+// may read a write's bytes before the writer books it.
 func writesSince(t *testing.T, sc *serverConn, base uint64) uint64 {
 	t.Helper()
 	var n uint64
@@ -233,12 +240,9 @@ func writesSince(t *testing.T, sc *serverConn, base uint64) uint64 {
 func TestBurstRunsOnTheReaderInOneWrite(t *testing.T) {
 	ts := startServer(t, echo, ServerConfig{inlineQuick: time.Hour, inlinePeriod: time.Hour})
 	c, rd := serveRaw(t, ts.addr)
-	conns := ts.srv.openConns()
-	if len(conns) != 1 {
-		t.Fatalf("%d server connections, want 1", len(conns))
-	}
+	sc := onlyConn(t, ts.srv)
 	// The heartbeat serveRaw exchanged was the connection's first write.
-	writes := writesSince(t, conns[0], 0)
+	writes := writesSince(t, sc, 0)
 	const n = 8
 	payloads := make([]string, n)
 	for i := range payloads {
@@ -254,7 +258,7 @@ func TestBurstRunsOnTheReaderInOneWrite(t *testing.T) {
 	if runs := inlineRuns(ts.srv); runs != n {
 		t.Errorf("%d of the burst's %d calls ran on the reader, want all", runs, n)
 	}
-	if got := writesSince(t, conns[0], writes); got != 1 {
+	if got := writesSince(t, sc, writes); got != 1 {
 		t.Errorf("the burst's answers took %d writes, want 1", got)
 	}
 }
