@@ -44,3 +44,25 @@ func (ir *idleReader) check(fd uintptr) bool {
 	ir.lend()
 	return false
 }
+
+// socketPeek says whether socketPending can look at a socket here.
+const socketPeek = true
+
+// socketPending reports whether the socket rc has bytes to read now,
+// without reading them. It reports true when rc is nil (TLS, not a
+// socket): what cannot be looked at counts as waiting. A closed or failed
+// socket has none: its next read says so.
+func socketPending(rc syscall.RawConn) bool {
+	if rc == nil {
+		return true
+	}
+	var has bool
+	err := rc.Control(func(fd uintptr) {
+		// A buffer of its own: the connection's reader may be another
+		// goroutine by now.
+		var b [1]byte
+		n, _, perr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		has = perr == nil && n > 0
+	})
+	return has || err != nil
+}

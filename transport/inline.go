@@ -16,10 +16,11 @@ const inlinePeriod = time.Millisecond
 
 // inlineQuick is the longest the calls run on their reader since its
 // buffer last ran out of whole frames may take together without
-// consequence. Over it, the next inlineSkip requests of the connection go
-// to workers. A handler that waits (on a database, on another service)
-// would otherwise hold back every frame that comes behind it on the
-// connection, up to the watch's 2 ms, call after call.
+// consequence. Over it, if frames of the connection wait behind them (in
+// the read buffer or the socket), the next inlineSkip requests of the
+// connection go to workers. A handler that waits (on a database, on
+// another service) would otherwise hold back every frame that comes
+// behind it on the connection, up to the watch's 2 ms, call after call.
 const (
 	inlineQuick = 100 * time.Microsecond
 	inlineSkip  = 64

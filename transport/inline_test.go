@@ -47,30 +47,52 @@ func TestInlineCallsRunOnTheReader(t *testing.T) {
 	}
 }
 
-// After a call run on the reader took longer than inlineQuick (its
-// handler waited), the next calls of the connection go to workers.
+// After a call run on the reader took longer than inlineQuick while a
+// frame of its connection waited behind it, the next inlineSkip requests
+// of the connection go to workers.
 func TestSlowInlineCallSendsNextToWorkers(t *testing.T) {
-	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+	started, release := make(chan struct{}), make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
 		if string(req.Payload) == "slow" {
-			time.Sleep(3 * inlineQuick)
+			close(started)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
 		}
 		echo(ctx, req, resp)
-	}), ServerConfig{})
-	p := newPool(t, Config{ConnsPerAddr: 1})
-	call := func(payload string) {
-		t.Helper()
-		resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest(payload))
-		if err != nil {
-			t.Fatalf("call %s: %v", payload, err)
+	})
+	// The watch stays away: this test is about the rule after the call.
+	// The slow call takes at least as long as the peek below, which
+	// inlineQuick is shorter than.
+	ts := startServer(t, h, ServerConfig{inlineQuick: time.Microsecond, inlinePeriod: time.Hour})
+	c, rd := serveRaw(t, ts.addr)
+	writeCall(t, c, 1, "slow")
+	select {
+	case <-started:
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("the slow call did not start")
+	}
+	writeCall(t, c, 2, "fast")
+	rc := rawConnOf(onlyConn(t, ts.srv).nc)
+	eventually(t, "the second request to reach the server's socket", func() bool { return socketPending(rc) })
+	close(release)
+	for want := uint64(1); want <= 2; want++ {
+		if m := readResponse(t, rd, c); m.Header.ID() != want {
+			t.Fatalf("answer %d, want %d", m.Header.ID(), want)
 		}
-		p.Release(resp)
 	}
-	call("slow")
-	if n := inlineRuns(ts.srv); n != 1 {
-		t.Fatalf("the first call did not run on the reader (%d runs)", n)
+	id := uint64(2)
+	call := func() {
+		t.Helper()
+		id++
+		writeCall(t, c, id, "fast")
+		if m := readResponse(t, rd, c); m.Header.ID() != id {
+			t.Fatalf("answer %d, want %d", m.Header.ID(), id)
+		}
 	}
-	for range inlineSkip {
-		call("fast")
+	for range inlineSkip - 1 { // the request that waited was the first
+		call()
 	}
 	if n := inlineRuns(ts.srv); n != 1 {
 		t.Fatalf("%d calls ran on the reader after a slow one, want none of the next %d", n-1, inlineSkip)
@@ -79,9 +101,33 @@ func TestSlowInlineCallSendsNextToWorkers(t *testing.T) {
 	// request may find it still counted, and run on a worker.
 	sc := onlyConn(t, ts.srv)
 	eventually(t, "the calls on workers to end", func() bool { return sc.inflight.Load() == 0 })
-	call("fast")
+	call()
 	if n := inlineRuns(ts.srv); n != 2 {
 		t.Fatalf("after %d calls on workers, the next did not run on the reader (%d runs)", inlineSkip, n)
+	}
+}
+
+// A slow call with nothing behind it on its connection held back no one:
+// the connection's next call still runs on the reader.
+func TestSlowLoneCallKeepsTheReader(t *testing.T) {
+	if !socketPeek {
+		t.Skip("the socket cannot be looked at here: a slow call sends the next ones to workers")
+	}
+	ts := startServer(t, HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		if string(req.Payload) == "slow" {
+			time.Sleep(3 * inlineQuick)
+		}
+		echo(ctx, req, resp)
+	}), ServerConfig{inlinePeriod: time.Hour})
+	c, rd := serveRaw(t, ts.addr)
+	for id, p := range []string{"slow", "fast"} {
+		writeCall(t, c, uint64(id+1), p)
+		if m := readResponse(t, rd, c); m.Header.ID() != uint64(id+1) {
+			t.Fatalf("answer %d, want %d", m.Header.ID(), id+1)
+		}
+	}
+	if n := inlineRuns(ts.srv); n != 2 {
+		t.Fatalf("%d of 2 sequential calls ran on the reader, want both: nothing waited behind the slow one", n)
 	}
 }
 
@@ -207,6 +253,16 @@ func writeBurst(t *testing.T, c net.Conn, payloads ...string) {
 	}
 	if _, err := c.Write(b); err != nil {
 		t.Fatalf("write the burst: %v", err)
+	}
+}
+
+// writeCall writes one request with id and payload on c.
+func writeCall(t *testing.T, c net.Conn, id uint64, payload string) {
+	t.Helper()
+	req := newRequest(payload)
+	req.Header.SetID(id)
+	if _, err := c.Write(protocol.AppendMessage(nil, req)); err != nil {
+		t.Fatalf("write request %d: %v", id, err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dabbrpc/dabb/internal/bufpool"
@@ -367,13 +368,21 @@ func (call *serverCall) run() {
 	call.handle()
 }
 
-// runTimed runs the call as run does and returns how long its handler
-// took.
-func (call *serverCall) runTimed() time.Duration {
+// runInline runs the call on its reader, as run does, and returns how long
+// its handler took. slow reports that it took longer than quick while
+// frames of its connection waited behind it: behind says some were read
+// with it, and rc is its socket (nil: not looked at, counted as waiting).
+// A call with nothing behind it held back no one but its own caller, who
+// waits for it either way: a lone caller's slow call sends none of its
+// next calls to workers.
+func (call *serverCall) runInline(quick time.Duration, behind bool, rc syscall.RawConn) (took time.Duration, slow bool) {
 	defer call.finish()
 	start := time.Now()
 	call.handle()
-	return time.Since(start)
+	took = time.Since(start)
+	// The socket is looked at before the answer leaves: bytes that come
+	// after it may be the caller's next request, which waited for no one.
+	return took, took > quick && (behind || socketPending(rc))
 }
 
 // handle calls the handler with the call's context.

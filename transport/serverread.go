@@ -169,16 +169,19 @@ func (sc *serverConn) read(st *readState) {
 				st.corked = true
 				sc.w.cork()
 			}
+			// st is read before enter: from then on the watch may pass it
+			// to a new reader.
+			left, behind := s.cfg.inlineQuick-st.burst, br.Buffered() > 0
 			inline = true
 			s.inline.enter(s, sc, st)
-			took := call.runTimed()
+			took, slow := call.runInline(left, behind, st.idle.rc)
 			inline = false
 			if !s.inline.leave(sc) {
 				// st is the new reader's now (the watch set its skip).
 				handed = true
 				return
 			}
-			if st.burst += took; st.burst > s.cfg.inlineQuick {
+			if st.burst += took; slow {
 				// The frames that came meanwhile waited for the calls run
 				// here. The connection's next calls go to workers for a
 				// while.
