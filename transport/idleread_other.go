@@ -15,9 +15,6 @@ func rawConnOf(net.Conn) syscall.RawConn { return nil }
 // check is never called here: rawConnOf returns nil.
 func (ir *idleReader) check(uintptr) bool { return true }
 
-// socketPeek says whether socketPending can look at a socket here.
-const socketPeek = false
-
 // socketPending cannot look at the socket here: it reports true, what
 // cannot be looked at counting as waiting.
 func socketPending(syscall.RawConn) bool { return true }

@@ -37,32 +37,34 @@ func (ir *idleReader) check(fd uintptr) bool {
 	// The peek is needed before any wait: the poller's readiness was
 	// reset before this call, and bytes that came before it would wake
 	// no one.
-	_, _, err := syscall.Recvfrom(int(fd), ir.peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	if !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EWOULDBLOCK) {
+	if readable(fd, ir.peek[:]) {
 		return true
 	}
 	ir.lend()
 	return false
 }
 
-// socketPeek says whether socketPending can look at a socket here.
-const socketPeek = true
+// readable peeks at the socket fd without waiting, into b (one byte): it
+// reports whether a read would not wait, because bytes are there or the
+// socket hit end of file or failed.
+func readable(fd uintptr, b []byte) bool {
+	_, _, err := syscall.Recvfrom(int(fd), b, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EWOULDBLOCK)
+}
 
-// socketPending reports whether the socket rc has bytes to read now,
-// without reading them. It reports true when rc is nil (TLS, not a
-// socket): what cannot be looked at counts as waiting. A closed or failed
-// socket has none: its next read says so.
+// socketPending reports whether a read of the socket rc would not wait
+// (readable). It reports true when rc is nil (TLS, not a socket): what
+// cannot be looked at counts as waiting.
 func socketPending(rc syscall.RawConn) bool {
 	if rc == nil {
 		return true
 	}
-	var has bool
-	err := rc.Control(func(fd uintptr) {
+	has := true
+	_ = rc.Control(func(fd uintptr) {
 		// A buffer of its own: the connection's reader may be another
 		// goroutine by now.
 		var b [1]byte
-		n, _, perr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		has = perr == nil && n > 0
+		has = readable(fd, b[:])
 	})
-	return has || err != nil
+	return has
 }

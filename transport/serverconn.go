@@ -372,9 +372,6 @@ func (call *serverCall) run() {
 // its handler took. slow reports that it took longer than quick while
 // frames of its connection waited behind it: behind says some were read
 // with it, and rc is its socket (nil: not looked at, counted as waiting).
-// A call with nothing behind it held back no one but its own caller, who
-// waits for it either way: a lone caller's slow call sends none of its
-// next calls to workers.
 func (call *serverCall) runInline(quick time.Duration, behind bool, rc syscall.RawConn) (took time.Duration, slow bool) {
 	defer call.finish()
 	start := time.Now()
