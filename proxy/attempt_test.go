@@ -4,23 +4,41 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/dabbrpc/dabb/balancer"
 	"github.com/dabbrpc/dabb/protocol"
 	"github.com/dabbrpc/dabb/proxy"
+	"github.com/dabbrpc/dabb/registry"
 	"github.com/dabbrpc/dabb/transport"
 )
 
-// keyOwnedBy returns a hash key that c's consistent hash balancer routes
-// to want, found with single-attempt calls.
-func keyOwnedBy(t *testing.T, ctx context.Context, c *proxy.Client, rec *callRecorder, want string) string {
+// keyOwnedBy returns a hash key that a consistent hash balancer over the
+// instances client makes of addrs routes to want. It asks a balancer of
+// its own, not the client: a call would dial the addresses, and a dead
+// one would then sit in dial backoff, which leaves it out of balancing.
+func keyOwnedBy(t *testing.T, addrs []string, want string) string {
 	t.Helper()
+	b, err := balancer.New(balancer.ConsistentHash, balancer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ins []registry.Instance
+	for _, a := range addrs {
+		ins = append(ins, registry.Instance{Service: service, ID: a, Addr: a})
+	}
+	slices.SortFunc(ins, registry.CompareInstances) // as the registry cache delivers them
+	b.Update(ins)
 	for i := range 64 {
 		key := fmt.Sprint("key-", i)
-		invoke(ctx, c, proxy.HashKey(key), proxy.FailFast(), proxy.Timeout(20*time.Millisecond))
-		if addr, _ := rec.last(); addr == want {
+		in, done, err := b.Pick(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done(0, nil)
+		if in.Addr == want {
 			return key
 		}
 	}
@@ -52,8 +70,7 @@ func TestCallNamesTheAttemptItReturns(t *testing.T) {
 		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	key := keyOwnedBy(t, ctx, c, rec, a)
-	log.take()
+	key := keyOwnedBy(t, []string{a, dead}, a)
 
 	_, err := invoke(ctx, c, proxy.Idempotent(), proxy.HashKey(key), proxy.Timeout(time.Second))
 	if got := log.take(); len(got) != 2 || got[0] != a || got[1] != dead {
@@ -77,8 +94,7 @@ func TestHedgedCallNamesTheAttemptItReturns(t *testing.T) {
 		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	key := keyOwnedBy(t, ctx, c, rec, a)
-	log.take()
+	key := keyOwnedBy(t, []string{a, dead}, a)
 
 	_, err := invoke(ctx, c, proxy.Idempotent(), proxy.HashKey(key), proxy.Hedge(10*time.Millisecond),
 		proxy.Timeout(200*time.Millisecond))
@@ -287,7 +303,7 @@ func TestOnAttempt(t *testing.T) {
 			proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		key := keyOwnedBy(t, ctx, c, rec, dead)
+		key := keyOwnedBy(t, []string{live, dead}, dead)
 		if _, err := invoke(ctx, c, proxy.HashKey(key)); err != nil {
 			t.Fatalf("call: %v", err)
 		}
@@ -310,7 +326,7 @@ func TestOnAttempt(t *testing.T) {
 			proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}))
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		key := keyOwnedBy(t, ctx, c, rec, slow)
+		key := keyOwnedBy(t, []string{slow, fast}, slow)
 		got, err := invoke(ctx, c, proxy.Idempotent(), proxy.HashKey(key), proxy.Hedge(10*time.Millisecond),
 			proxy.Timeout(2*time.Second))
 		if err != nil || got != fast {

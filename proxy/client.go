@@ -418,9 +418,40 @@ func (c *Client) stillListed(addr string) bool {
 }
 
 // available reports whether an instance of st may take an attempt: it did
-// not announce shutdown, and its breaker is not open or st is panicking.
+// not announce shutdown, its breaker is not open or st is panicking, and
+// its dial backoff is not running while another instance could take it.
 func (c *Client) available(st *serviceState, in *registry.Instance) bool {
-	return !c.pool.ReadOnly(in.Addr) && (!c.breakers.open(in.Addr) || c.panicking(st))
+	if !c.ready(st, in.Addr) {
+		return false
+	}
+	// An address in backoff refuses the attempt at once. Picked while
+	// another instance can take the call, it costs a retry from the
+	// budget; under load the budget runs out and calls fail (p2c may
+	// even prefer it, failing fast). Picked when it is all there is, it
+	// says why the call fails.
+	return !c.pool.BackingOff(in.Addr) || c.allBackingOff(st)
+}
+
+// ready reports whether addr, an instance of st, may take an attempt,
+// dial backoff aside.
+func (c *Client) ready(st *serviceState, addr string) bool {
+	return !c.pool.ReadOnly(addr) && (!c.breakers.open(addr) || c.panicking(st))
+}
+
+// allBackingOff reports whether every instance of st that is ready is in
+// dial backoff. It runs only for an instance in backoff.
+func (c *Client) allBackingOff(st *serviceState) bool {
+	p := st.ins.Load()
+	if p == nil {
+		return true
+	}
+	for i := range *p {
+		a := (*p)[i].Addr
+		if c.ready(st, a) && !c.pool.BackingOff(a) {
+			return false
+		}
+	}
+	return true
 }
 
 // panicking reports whether so many instances of st have tripped breakers

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dabbrpc/dabb/balancer"
 	pb "github.com/dabbrpc/dabb/internal/inventory/inventorypb"
 	"github.com/dabbrpc/dabb/internal/wait"
 	"github.com/dabbrpc/dabb/protocol"
@@ -537,4 +538,44 @@ func TestClientRegistry(t *testing.T) {
 	if got := c.Registry(); got != registry.Registry(reg) {
 		t.Errorf("Registry() = %v; want the registry given to NewClient", got)
 	}
+}
+
+// TestDialBackoffLeavesInstanceOut: while a dead address's dial backoff
+// runs, the balancer leaves it out and calls go to the live instance, not
+// to an attempt refused at once that needs a retry. The retry budget is
+// zero and round robin would pick the dead address every other call: none
+// of 100 calls may fail with the backoff's refusal. A call whose attempt
+// dialed the dead address (once per backoff period) fails, having no
+// retry left; the breaker is off so that only the backoff leaves it out.
+func TestDialBackoffLeavesInstanceOut(t *testing.T) {
+	live := serve(t, &seen{}, 0, transport.ServerConfig{})
+	dead := deadAddr(t)
+	c := client(t, []string{dead, live}, proxy.WithBalancer(balancer.RoundRobin),
+		proxy.WithBreaker(proxy.BreakerConfig{Disabled: true}),
+		proxy.WithRetry(proxy.RetryPolicy{BudgetRatio: 1e-9, BudgetFloor: -1}))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	dialed, refused := 0, 0
+	for range 100 {
+		_, err := invoke(ctx, c, proxy.Idempotent())
+		switch {
+		case err == nil:
+		case errors.Is(err, transport.ErrDialBackoff):
+			refused++
+			if refused == 1 {
+				t.Errorf("a call failed with the dial backoff's refusal: %v", err)
+			}
+		case errors.Is(err, proxy.ErrNotSent) && ctx.Err() == nil:
+			dialed++ // the dead address was dialed: connection refused
+		default:
+			t.Fatalf("call = %v", err)
+		}
+	}
+	if refused > 0 {
+		t.Errorf("%d of 100 calls failed with the dial backoff's refusal; want none", refused)
+	}
+	if dialed == 0 {
+		t.Fatal("no call dialed the dead address: the test proves nothing")
+	}
+	t.Logf("%d of 100 calls dialed the dead address and failed", dialed)
 }

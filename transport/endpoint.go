@@ -29,6 +29,9 @@ type endpoint struct {
 	addr     string
 	rr       atomic.Uint32 // round-robin cursor
 	readOnly atomic.Bool
+	// downUntil is retryAt in Unix nanoseconds while the last dial
+	// failed, 0 once one succeeds: backingOff reads it without mu.
+	downUntil atomic.Int64
 	// forgotten: Forget dropped the address; its connections retire.
 	forgotten atomic.Bool
 	slots     []atomic.Pointer[clientConn]
@@ -166,7 +169,24 @@ func (e *endpoint) failedLocked(err error) {
 	e.failures++
 	delay := backoffMin << min(e.failures-1, 10)
 	e.retryAt = time.Now().Add(min(delay, backoffMax))
+	e.downUntil.Store(e.retryAt.UnixNano())
 	e.lastErr = err
+}
+
+// backingOff reports whether a call to e now fails at once with
+// ErrDialBackoff: its last dial failed less than the backoff ago, and it
+// has no open connection (slowConn takes any open one).
+func (e *endpoint) backingOff() bool {
+	until := e.downUntil.Load()
+	if until == 0 || time.Now().UnixNano() >= until {
+		return false
+	}
+	for i := range e.slots {
+		if e.slots[i].Load().usable() {
+			return false
+		}
+	}
+	return true
 }
 
 // refused records a connection the server refused before reading a
@@ -211,6 +231,7 @@ func (e *endpoint) dialSlot(i int, d *dialing) {
 	} else {
 		e.failures = 0
 		e.retryAt = time.Time{}
+		e.downUntil.Store(0)
 		e.lastErr = nil
 		e.slots[i].Store(c)
 		back = e.readOnly.Swap(false) // a fresh connection: the address is back

@@ -25,6 +25,9 @@ func TestDialFailureAndBackoff(t *testing.T) {
 	if d.n.Load() != 1 {
 		t.Fatalf("%d dials, want 1", d.n.Load())
 	}
+	if !p.BackingOff(addr) {
+		t.Error("BackingOff = false right after a failed dial; want true")
+	}
 	// In backoff: fail fast without dialing.
 	start := time.Now()
 	_, err = p.RoundTrip(testCtx(t), addr, newRequest("x"))
@@ -52,6 +55,41 @@ func TestDialFailureAndBackoff(t *testing.T) {
 
 	// The address comes back: a successful dial resets the backoff.
 	serveAgain(t, p, addr, 20*time.Millisecond) // waiting out the backoff
+	if p.BackingOff(addr) {
+		t.Error("BackingOff = true after a successful dial; want false")
+	}
+}
+
+// TestBackingOffWithOpenConnection: a failed dial does not put an address
+// in backoff while a connection to it is open, which calls take meanwhile
+// (a server at MaxConns refused one more, say).
+func TestBackingOffWithOpenConnection(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	p := newPool(t, Config{ConnsPerAddr: 2})
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(resp)
+	e, err := p.endpoint(ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.refused(errors.New("refused at MaxConns"))
+	if p.BackingOff(ts.addr) {
+		t.Error("BackingOff = true with a connection open; want false")
+	}
+	e.mu.Lock()
+	e.failedLocked(errors.New("connection refused"))
+	e.mu.Unlock()
+	for i := range e.slots {
+		if c := e.slots[i].Load(); c != nil {
+			c.retire()
+		}
+	}
+	if !p.BackingOff(ts.addr) {
+		t.Error("BackingOff = false with every connection retired after a failed dial; want true")
+	}
 }
 
 func TestSharedFirstDial(t *testing.T) {

@@ -172,6 +172,15 @@ func (p *Pool) ReadOnly(addr string) bool {
 	return e != nil && e.readOnly.Load()
 }
 
+// BackingOff reports whether a call to addr now fails at once with
+// ErrDialBackoff: the last dial there failed less than the backoff ago
+// (50 ms, doubling to 1 s), and no connection to it is open. A balancer
+// leaves such an address out while another can take the call.
+func (p *Pool) BackingOff(addr string) bool {
+	e := (*p.eps.Load())[addr]
+	return e != nil && e.backingOff()
+}
+
 // Close closes every connection, failing pending calls with status 35, and
 // waits for the pool's goroutines to exit. Later RoundTrips fail with
 // ErrNotSent.
