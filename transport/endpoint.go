@@ -104,18 +104,20 @@ func (e *endpoint) slowConn(ctx context.Context, i int, start time.Time, budget 
 		e.mu.Unlock()
 		return c, nil
 	}
-	if readOnly && c != nil && !c.isClosed() {
-		// The server is draining this connection: no new calls.
+	if readOnly {
+		// No new calls, and no dial for one: the probe finds a server
+		// restarted there, and its heartbeat comes first. A call's own
+		// dial could land in a draining server's accept queue after its
+		// last Accept, and the reset when the listener closes would leave
+		// the call sent and unanswered: ambiguous.
 		e.mu.Unlock()
 		return nil, protocol.NotSent(protocol.StatusChannelInactive, "address is read-only (shutting down): "+e.addr, nil)
 	}
 	var other *clientConn
-	if !readOnly {
-		for j := range e.slots {
-			if o := e.slots[j].Load(); o.usable() {
-				other = o
-				break
-			}
+	for j := range e.slots {
+		if o := e.slots[j].Load(); o.usable() {
+			other = o
+			break
 		}
 	}
 	d := e.dial

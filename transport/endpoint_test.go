@@ -174,3 +174,24 @@ func TestDialBackoffCap(t *testing.T) {
 		t.Errorf("after 30 failed dials the delay is %v, want the 1s cap", prev)
 	}
 }
+
+// TestReadOnlyAddressIsNotDialedForCalls: a call to a read-only address
+// with no connection left is refused as not sent, and dials nothing: only
+// the probe dials there, and a heartbeat goes first. A call's own dial
+// could land in a draining server's accept queue after its last Accept
+// and be reset with the call on it.
+func TestReadOnlyAddressIsNotDialedForCalls(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	var d countingDial
+	p := newPool(t, Config{Dial: d.dial})
+	e, err := p.endpoint(ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.markReadOnly() // as if the read-only event came on a connection since closed
+	_, err = p.RoundTrip(testCtx(t), ts.addr, newRequest("x"))
+	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
+	if got := d.n.Load(); got != 0 {
+		t.Errorf("%d dials for a call to a read-only address; want none", got)
+	}
+}
