@@ -283,9 +283,11 @@ func (c *clientConn) readLoop() {
 }
 
 // readFrames reads and delivers frames until the connection fails
-// (false) or the reader parks the read token: no call left waiting and
-// nothing buffered (true).
+// (false) or the reader parks the read token (true). It parks when no
+// call is left waiting, nothing is buffered, and the last answer came
+// alone. After a burst of answers it keeps the token and reads on.
 func (c *clientConn) readFrames() bool {
+	n := 0 // frames delivered since the pending table was last found empty
 	for {
 		m := getMessage()
 		if err := c.rd.Read(m); err != nil {
@@ -295,8 +297,14 @@ func (c *clientConn) readFrames() bool {
 			continue
 		}
 		c.deliver(m)
-		if c.br.Buffered() == 0 && c.park() {
-			return true
+		n++
+		if c.br.Buffered() == 0 {
+			switch c.park(n <= 1) {
+			case parked:
+				return true
+			case emptied:
+				n = 0
+			}
 		}
 	}
 }

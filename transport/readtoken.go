@@ -32,6 +32,7 @@ type readToken struct {
 	holder tokenHolder
 	gen    uint64        // grants to callers so far
 	seen   uint64        // gen at the reader's last look
+	kept   uint64        // times the reader kept the token with no call waiting
 	wake   chan struct{} // capacity 1: something changed for the reader
 	// timer times the reader's looks at a parked token.
 	timer *time.Timer
@@ -91,17 +92,34 @@ func (c *clientConn) toReader() {
 	c.mu.Unlock()
 }
 
-// park parks the token of the reader goroutine when no call waits. The
-// reader then waits in awaitToken.
-func (c *clientConn) park() bool {
+// parkOutcome is what park did.
+type parkOutcome uint8
+
+const (
+	stillWaiting parkOutcome = iota // calls wait: the reader reads on
+	emptied                         // no call waits, but the reader keeps the token
+	parked                          // the token is parked
+)
+
+// park parks the token of the reader goroutine when no call waits and
+// alone says the answers came one at a time. The reader then waits in
+// awaitToken.
+func (c *clientConn) park(alone bool) parkOutcome {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.pending) != 0 || c.load() != connOpen {
-		return false
+		return stillWaiting
+	}
+	if !alone {
+		// The answers came in a burst: more calls are likely to follow
+		// at once. A caller taking the token would read for the others
+		// and then wake the reader, a hand-off per burst.
+		c.tok.kept++
+		return emptied
 	}
 	c.tok.holder = tokParked
 	c.tok.seen = c.tok.gen
-	return true
+	return parked
 }
 
 // awaitToken waits until the token is the reader goroutine's again. It

@@ -301,3 +301,77 @@ func TestOwnReadOverTLS(t *testing.T) {
 		p.Release(resp)
 	}
 }
+
+// A reader that delivered a burst of answers keeps the read token when no
+// call is left: the next caller waits for the reader rather than reading.
+// A lone answer parks the token again, for the next call to take.
+func TestReaderKeepsTokenAfterBurst(t *testing.T) {
+	addr, conns := rawServer(t)
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	results := make(chan error, 2)
+	roundTrip := func(payload string) {
+		go func() {
+			resp, err := p.RoundTrip(testCtx(t), addr, newRequest(payload))
+			if err == nil && string(resp.Payload) != payload {
+				err = errors.New("answer " + string(resp.Payload) + " to call " + payload)
+			}
+			if err == nil {
+				p.Release(resp)
+			}
+			results <- err
+		}()
+	}
+	roundTrip("a")
+	roundTrip("b")
+	c := waitFor(t, conns, "the client's connection")
+	frames := readFrames(c)
+	var burst []byte
+	for range 2 {
+		req := nextFrame(t, frames, "a request of the burst")
+		var resp protocol.Message
+		resp.Header.Init(protocol.MakeFlags(0, 22), protocol.StatusOK, req.Header.ID())
+		resp.Payload = req.Payload
+		burst = protocol.AppendMessage(burst, &resp)
+	}
+	if _, err := c.Write(burst); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := waitFor(t, results, "a call of the burst"); err != nil {
+			t.Fatalf("call of the burst: %v", err)
+		}
+	}
+	cc := clientConnTo(t, p, addr)
+	eventually(t, "the reader to find no call waiting after the burst", func() bool {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		return cc.tok.kept == 1
+	})
+	cc.mu.Lock()
+	holder := cc.tok.holder
+	cc.mu.Unlock()
+	if holder != tokReader {
+		t.Fatalf("token holder %d after a burst, want the reader (%d)", holder, tokReader)
+	}
+
+	roundTrip("alone")
+	req := nextFrame(t, frames, "the lone request")
+	writeResponse(t, c, req.Header.ID(), "alone")
+	if err := waitFor(t, results, "the lone call"); err != nil {
+		t.Fatalf("lone call: %v", err)
+	}
+	if g := grants(cc); g != 0 {
+		t.Fatalf("%d callers took the token after a burst, want 0", g)
+	}
+	waitParked(t, cc)
+
+	roundTrip("next")
+	req = nextFrame(t, frames, "the next request")
+	writeResponse(t, c, req.Header.ID(), "next")
+	if err := waitFor(t, results, "the next call"); err != nil {
+		t.Fatalf("next call: %v", err)
+	}
+	if g := grants(cc); g != 1 {
+		t.Fatalf("%d callers took the token after a lone answer, want 1", g)
+	}
+}
