@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -163,6 +164,32 @@ func awaitProvider(t *testing.T, conn *zk.Conn, addr string, present bool) strin
 	}
 }
 
+// awaitNode waits for node to exist, up to demoReadyTimeout.
+func awaitNode(t *testing.T, conn *zk.Conn, node string) {
+	t.Helper()
+	deadline := time.NewTimer(demoReadyTimeout)
+	defer deadline.Stop()
+	for {
+		ok, _, ch, err := conn.ExistsW(node)
+		if err != nil {
+			t.Fatalf("watch %s: %v", node, err)
+		}
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("no node %s within %v", node, demoReadyTimeout)
+		}
+	}
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	return len(a) == len(b) && !slices.ContainsFunc(a, func(s string) bool { return !slices.Contains(b, s) })
+}
+
 // providerOf returns the node among children whose URL names addr.
 func providerOf(children []string, addr string) string {
 	for _, c := range children {
@@ -212,10 +239,12 @@ func TestDemoDubbogoConsumer(t *testing.T) {
 			t.Errorf("provider URL %s = %q, want %q", k, got, want)
 		}
 	}
+	// The demo publishes the service definition after the provider node.
+	awaitNode(t, conn, "/dubbo/metadata/"+inventoryInterface+"/provider/dabb-inventory")
 	// dabb's own service is served on the same port but not listed in
-	// Dubbo's layout.
-	if ifaces, _, err := conn.Children("/dubbo"); err != nil || len(ifaces) != 1 {
-		t.Errorf("interfaces under /dubbo = %q, %v; want only %s", ifaces, err, inventoryInterface)
+	// Dubbo's layout: /dubbo holds the interface and the metadata report.
+	if ifaces, _, err := conn.Children("/dubbo"); err != nil || !sameSet(ifaces, []string{"metadata", inventoryInterface}) {
+		t.Errorf("children of /dubbo = %q, %v; want only metadata and %s", ifaces, err, inventoryInterface)
 	}
 
 	for _, generic := range []bool{false, true} {
