@@ -33,7 +33,7 @@ const RejectAuth transport.Rejection = "auth"
 // reasons are the rejections_total series made at New, at 0.
 var reasons = []transport.Rejection{
 	transport.RejectOverload, transport.RejectShutdown, transport.RejectBudgetSpent,
-	transport.RejectBadRequest, transport.RejectUnimplemented, transport.RejectMaxConns, RejectAuth,
+	transport.RejectBadRequest, transport.RejectUnimplemented, transport.RejectMaxConns, transport.RejectGoneAway, RejectAuth,
 }
 
 // Option configures a Metrics.

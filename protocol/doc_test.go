@@ -86,6 +86,7 @@ func TestDocHexDumps(t *testing.T) {
 		"heartbeat":          protocol.AppendHeartbeat(nil, 1),
 		"heartbeat-response": protocol.AppendHeartbeatResponse(nil, 1),
 		"readonly":           protocol.AppendReadOnly(nil, 7),
+		"goaway":             protocol.AppendGoAway(nil, 8),
 	}
 	blocks := docHex(t)
 	// A frame with several attachments has no one byte order (they come

@@ -1,4 +1,4 @@
-// Event frames: heartbeats, the read-only event and the cancel event, byte-identical with Dubbo's.
+// Event frames: heartbeats, the read-only event, and dabb's cancel and go-away events, byte-identical with Dubbo's.
 
 package protocol
 
@@ -10,7 +10,8 @@ package protocol
 //
 // The cancel event is dabb's own, built the same way: a one-way event
 // request whose body is the hessian2 string "C" (0x01 0x43). A Dubbo peer
-// takes it for an event it does not know and does nothing with it.
+// takes it for an event it does not know and does nothing with it. So is
+// the go-away event, body "G" (0x01 0x47).
 
 // Hessian2 is the serialization id Dubbo writes on event frames.
 const Hessian2 byte = 2
@@ -19,6 +20,7 @@ var (
 	hessianNull      = []byte{0x4e}
 	hessianReadOnlyR = []byte{0x01, 0x52}
 	hessianCancelC   = []byte{0x01, 0x43}
+	hessianGoAwayG   = []byte{0x01, 0x47}
 )
 
 // AppendHeartbeat appends a heartbeat request with the given id: flags
@@ -45,6 +47,15 @@ func AppendReadOnly(dst []byte, id uint64) []byte {
 // The server cancels that call's handler context; nothing answers it.
 func AppendCancel(dst []byte, id uint64) []byte {
 	return appendEvent(dst, FlagRequest|FlagEvent, 0, id, hessianCancelC)
+}
+
+// AppendGoAway appends the go-away event a server sends on one connection
+// it is about to close to make room for a new one (MaxConns): a one-way
+// request, flags 0xa2, body 0x01 0x47. The client sends no new calls on
+// that connection; the server answers 100 to any request it reads there
+// after the event, and runs none.
+func AppendGoAway(dst []byte, id uint64) []byte {
+	return appendEvent(dst, FlagRequest|FlagEvent, 0, id, hessianGoAwayG)
 }
 
 func appendEvent(dst []byte, kind Flags, s Status, id uint64, body []byte) []byte {
@@ -80,4 +91,11 @@ func (m *Message) IsReadOnly() bool {
 func (m *Message) IsCancel() bool {
 	f := m.Header.Flags()
 	return f.IsEvent() && f.IsRequest() && !f.IsTwoWay() && string(m.Payload) == string(hessianCancelC)
+}
+
+// IsGoAway reports whether m is the go-away event: a one-way event request
+// whose body is the hessian2 string "G".
+func (m *Message) IsGoAway() bool {
+	f := m.Header.Flags()
+	return f.IsEvent() && f.IsRequest() && !f.IsTwoWay() && string(m.Payload) == string(hessianGoAwayG)
 }

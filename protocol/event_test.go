@@ -106,6 +106,7 @@ func TestEventRecognition(t *testing.T) {
 		name                              string
 		frame                             []byte
 		heartbeat, resp, readOnly, cancel bool
+		goAway                            bool
 	}{
 		// dubbo-go answers a heartbeat with two hessian2 nulls.
 		{name: "dubbo-go heartbeat response", frame: event(0x22, protocol.StatusOK, "\x4e\x4e"), resp: true},
@@ -123,17 +124,52 @@ func TestEventRecognition(t *testing.T) {
 		{name: "cancel body with a trailing byte", frame: event(0xa2, 0, "\x01C\x00")},
 		{name: "lower-case c", frame: event(0xa2, 0, "\x01c")},
 		{name: "request with cancel body is no event", frame: encode(&protocol.Message{Header: request(3), Payload: []byte("\x01C")})},
+		{name: "go-away", frame: event(0xa2, 0, "\x01G"), goAway: true},
+		{name: "two-way event with go-away body is a heartbeat", frame: event(0xe2, 0, "\x01G"), heartbeat: true},
+		{name: "request with go-away body is no event", frame: encode(&protocol.Message{Header: request(3), Payload: []byte("\x01G")})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var m protocol.Message
 			mustRead(t, reader(tt.frame), &m)
-			if m.IsHeartbeat() != tt.heartbeat || m.IsHeartbeatResponse() != tt.resp || m.IsReadOnly() != tt.readOnly || m.IsCancel() != tt.cancel {
-				t.Errorf("IsHeartbeat %v, IsHeartbeatResponse %v, IsReadOnly %v, IsCancel %v; want %v, %v, %v, %v",
-					m.IsHeartbeat(), m.IsHeartbeatResponse(), m.IsReadOnly(), m.IsCancel(),
-					tt.heartbeat, tt.resp, tt.readOnly, tt.cancel)
+			if m.IsHeartbeat() != tt.heartbeat || m.IsHeartbeatResponse() != tt.resp || m.IsReadOnly() != tt.readOnly || m.IsCancel() != tt.cancel || m.IsGoAway() != tt.goAway {
+				t.Errorf("IsHeartbeat %v, IsHeartbeatResponse %v, IsReadOnly %v, IsCancel %v, IsGoAway %v; want %v, %v, %v, %v, %v",
+					m.IsHeartbeat(), m.IsHeartbeatResponse(), m.IsReadOnly(), m.IsCancel(), m.IsGoAway(),
+					tt.heartbeat, tt.resp, tt.readOnly, tt.cancel, tt.goAway)
 			}
 		})
+	}
+}
+
+func TestGoAwayEvent(t *testing.T) {
+	got := protocol.AppendGoAway(nil, 9)
+	want := []byte{
+		0xda, 0xbb, // magic
+		0xa2,                   // request | event | hessian2; not two-way
+		0x00,                   // status: 0 in a request
+		0, 0, 0, 0, 0, 0, 0, 9, // the event's own id
+		0x00, 0x00, 0x00, 0x02, // body length 2
+		0x01, 0x47, // hessian2 string "G"
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("AppendGoAway\n got % x\nwant % x", got, want)
+	}
+	var m protocol.Message
+	mustRead(t, reader(got), &m)
+	if !m.IsGoAway() || m.IsCancel() || m.IsReadOnly() || m.IsHeartbeat() || m.IsHeartbeatResponse() {
+		t.Errorf("IsGoAway %v, IsCancel %v, IsReadOnly %v, IsHeartbeat %v, IsHeartbeatResponse %v; want only IsGoAway",
+			m.IsGoAway(), m.IsCancel(), m.IsReadOnly(), m.IsHeartbeat(), m.IsHeartbeatResponse())
+	}
+	for name, frame := range map[string][]byte{
+		"heartbeat": protocol.AppendHeartbeat(nil, 1),
+		"read-only": protocol.AppendReadOnly(nil, 1),
+		"cancel":    protocol.AppendCancel(nil, 1),
+	} {
+		var m protocol.Message
+		mustRead(t, reader(frame), &m)
+		if m.IsGoAway() {
+			t.Errorf("%s: IsGoAway() = true", name)
+		}
 	}
 }
 

@@ -1,10 +1,14 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,4 +341,79 @@ func TestOnAttempt(t *testing.T) {
 			t.Errorf("the hook heard %+v, want %+v", hook.infos, want)
 		}
 	})
+}
+
+// A server at MaxConns closes its clients' connections to make room for
+// new ones. Calls that cross those closes, of a method that is not
+// idempotent, all succeed: each such request is answered 100 (not run)
+// after the go-away event, and the call is sent again.
+func TestEvictionsFailNoCall(t *testing.T) {
+	// Each eviction waits for callsPer calls: a few retries in that many
+	// calls stay within the retry budget's 10 %, on a loaded machine too.
+	const clients, evictions, callsPer = 3, 100, 30
+	s := &seen{}
+	addr := serve(t, s, 0, transport.ServerConfig{MaxConns: 2 * clients}) // two connections per client
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	stop := make(chan struct{})
+	var calls atomic.Int64
+	answered := make(chan struct{}, 1024)
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for range clients {
+		c := client(t, []string{addr})
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				calls.Add(1)
+				if _, err := invoke(ctx, c, proxy.Timeout(testTimeout)); err != nil {
+					errs <- err
+					return
+				}
+				select {
+				case answered <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}
+	// Each new connection takes the place of a client's, then closes.
+	for range evictions {
+		for range callsPer {
+			select {
+			case <-answered:
+			case err := <-errs:
+				close(stop)
+				wg.Wait()
+				t.Fatalf("a call failed beside the evictions: %v", err)
+			case <-ctx.Done():
+				t.Fatalf("%d calls answered within %v", calls.Load(), testTimeout)
+			}
+		}
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = nc.SetDeadline(time.Now().Add(testTimeout))
+		if _, err := nc.Write(protocol.AppendHeartbeat(nil, 1)); err == nil {
+			var m protocol.Message
+			_ = protocol.NewReader(bufio.NewReader(nc), 0).Read(&m)
+		}
+		_ = nc.Close()
+	}
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatalf("a call failed beside the evictions: %v", err)
+	default:
+	}
+	if n := s.runs.Load(); n == 0 || n > calls.Load() {
+		t.Fatalf("the server ran %d calls of %d made", n, calls.Load())
+	}
+	t.Logf("%d calls beside %d new connections at MaxConns", calls.Load(), evictions)
 }

@@ -418,10 +418,11 @@ var errDraining = errors.New("proxy: the address is shutting down")
 // excludedFromBreaker reports errors that say nothing new of the
 // instance's health. The caller gave up, the budget was spent before
 // sending, the address announced its shutdown, the dial backoff refused
-// the attempt, or the server shed the call.
+// the attempt, the server was closing the connection to make room, or the
+// server shed the call.
 func excludedFromBreaker(err error) bool {
 	// A dial backoff touched no network: the dial that failed was counted.
-	if errors.Is(err, errDraining) || errors.Is(err, transport.ErrDialBackoff) {
+	if errors.Is(err, errDraining) || errors.Is(err, transport.ErrDialBackoff) || errors.Is(err, transport.ErrGoneAway) {
 		return true
 	}
 	pe := asError(err)

@@ -67,7 +67,7 @@ func (s *Server) evict() bool {
 		if !victim.inflight.CompareAndSwap(0, evicting) {
 			continue
 		}
-		victim.close()
+		s.retire(victim)
 		s.evicted.Add(1)
 		if logNow(&s.evictedLog) {
 			s.log.Info("transport: at MaxConns; closed idle connections to make room for new ones",
@@ -76,6 +76,47 @@ func (s *Server) evict() bool {
 		return true
 	}
 	return false
+}
+
+// evictLinger is how long a connection evict closed stays open after its
+// go-away event, unless its peer closes it first. Requests the peer sent
+// before it saw the event arrive within a round trip.
+const evictLinger = time.Second
+
+// maxLingering bounds the connections evict has left open for a while
+// after their go-away event, beyond MaxConns. Past it, a victim is closed
+// at once.
+const maxLingering = 64
+
+// retire closes victim, claimed by evict, to make room. Its peer may have
+// a request on its way: victim is sent the go-away event, gives its place
+// back now and stays open until the peer closes it, or for evictLinger.
+// Requests read meanwhile are answered 100, not run (dispatch). A
+// connection whose grace ended without a valid frame is closed at once,
+// as are victims past maxLingering.
+func (s *Server) retire(victim *serverConn) {
+	if !victim.watch.valid.Load() && victim.accepted <= time.Now().Add(-s.grace).UnixNano() {
+		victim.close()
+		return
+	}
+	if s.lingering.Add(1) > maxLingering {
+		s.lingering.Add(-1)
+		victim.close()
+		return
+	}
+	victim.goAway()
+	s.givePlace(victim)
+	if !victim.linger(evictLinger) {
+		s.lingering.Add(-1) // closed meanwhile
+	}
+}
+
+// givePlace gives back the MaxConns place of sc, once, whether evict or
+// forget comes first.
+func (s *Server) givePlace(sc *serverConn) {
+	if sc.placed.CompareAndSwap(true, false) {
+		s.nconns.Add(-1)
+	}
 }
 
 // victimLocked returns the connection evict closes, or nil. The caller
@@ -112,6 +153,8 @@ const (
 // call in flight.
 func rankOf(sc *serverConn, born int64) (rank evictRank, key int64, ok bool) {
 	switch {
+	case sc.inflight.Load() < 0:
+		return 0, 0, false // claimed already, lingering
 	case !sc.watch.valid.Load() && sc.accepted <= born:
 		return rankSilent, sc.accepted, true
 	case !sc.watch.valid.Load():

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,7 +131,9 @@ func TestMaxConnsEvictionOrder(t *testing.T) {
 	obs := &countingObserver{}
 	bs := startGateServer(t, ServerConfig{MaxConns: 4, Observer: obs})
 	setGrace(bs.srv, time.Hour) // every silent connection is in its grace
-	// A call that is answered at once.
+	// A call that is answered at once. The server counts a call done
+	// after it wrote the answer: ran waits until it counts p's connection
+	// idle, so the connections go idle in the order of the calls.
 	ran := func(p *Pool) {
 		t.Helper()
 		resp, err := p.RoundTrip(testCtx(t), bs.addr, newRequest("quick"))
@@ -139,6 +142,22 @@ func TestMaxConnsEvictionOrder(t *testing.T) {
 		}
 		p.Release(resp)
 		waitFor(t, bs.entered, "the handler's report of a quick call")
+		p.mu.Lock()
+		var local string
+		for c := range p.conns {
+			local = c.nc.LocalAddr().String()
+		}
+		p.mu.Unlock()
+		eventually(t, "the server to count the call done", func() bool {
+			bs.srv.mu.Lock()
+			defer bs.srv.mu.Unlock()
+			for sc := range bs.srv.conns {
+				if sc.nc.RemoteAddr().String() == local {
+					return sc.inflight.Load() == 0 && sc.idleSince.Load() != 0
+				}
+			}
+			return false
+		})
 	}
 	called := newPool(t, Config{ConnsPerAddr: 1})
 	ran(called) // the first connection, idle since its answer
@@ -254,8 +273,9 @@ func TestMaxConnsOverListeners(t *testing.T) {
 		c := dialRaw(t, addrs[i%2])
 		wg.Go(func() {
 			// A served connection's call blocks until release; a refused
-			// or evicted one is closed before it is answered. A call in
-			// flight keeps its connection, so MaxConns calls block.
+			// one is closed before it is answered, an evicted one is sent
+			// go-away and answered 100. A call in flight keeps its
+			// connection, so MaxConns calls block.
 			req := newRequest("call")
 			req.Header.SetID(uint64(i + 1))
 			if _, err := c.Write(protocol.AppendMessage(nil, req)); err != nil {
@@ -263,10 +283,18 @@ func TestMaxConnsOverListeners(t *testing.T) {
 			}
 			_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
 			m := new(protocol.Message)
-			err := protocol.NewReader(bufio.NewReader(c), 0).Read(m)
+			rd := protocol.NewReader(bufio.NewReader(c), 0)
+			var err error
+			for {
+				if err = rd.Read(m); err != nil || !m.Header.Flags().IsEvent() {
+					break
+				}
+			}
 			switch {
 			case err == nil && m.Header.Status() == protocol.StatusOK:
 				held.Add(1)
+			case err == nil && m.Header.Status() == protocol.StatusServerThreadpoolExhausted:
+				closed.Add(1) // went away, not run
 			case err == nil:
 				t.Errorf("connection %d: status %v, want OK", i, m.Header.Status())
 			case errors.Is(err, os.ErrDeadlineExceeded):
@@ -276,7 +304,7 @@ func TestMaxConnsOverListeners(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, "MaxConns calls in their handlers and the other connections closed", func() bool {
+	eventually(t, "MaxConns calls in their handlers and the other connections closed or answered 100", func() bool {
 		return entered.Load() == limit && closed.Load() == dials-limit
 	})
 	if n := srv.nconns.Load(); n != limit {
@@ -478,5 +506,196 @@ func TestRankOfRecentAnswerLast(t *testing.T) {
 	}
 	if !(rankSilent < rankUncalled && rankUncalled < rankIdle && rankIdle < rankFresh && rankFresh < rankRecent) {
 		t.Error("the ranks are out of order")
+	}
+}
+
+// readUntilGoAway reads frames from c until the go-away event, skipping
+// the server's heartbeats, with a bounded wait.
+func readUntilGoAway(t *testing.T, c net.Conn, rd *protocol.Reader) {
+	t.Helper()
+	for {
+		m := readResponse(t, rd, c)
+		if m.IsGoAway() {
+			return
+		}
+		if !m.IsHeartbeat() {
+			t.Fatalf("read a frame with flags %#02x before the go-away event", byte(m.Header.Flags()))
+		}
+	}
+}
+
+// A connection closed to make room is sent the go-away event first, and
+// a request read on it after that is answered 100, not run, where it was
+// dropped unanswered with the close. The connection stays open until its
+// peer closes it, or evictLinger.
+func TestEvictionGoAway(t *testing.T) {
+	obs := &countingObserver{}
+	gs := startGateServer(t, ServerConfig{MaxConns: 1, Observer: obs})
+	victim, rd := validConn(t, gs.addr)
+	validConn(t, gs.addr) // takes the victim's place
+	readUntilGoAway(t, victim, rd)
+	if n := gs.srv.nconns.Load(); n != 1 {
+		t.Errorf("MaxConns places held after the eviction: %d, want 1 (the victim gave its place back)", n)
+	}
+
+	req := newRequest("quick")
+	req.Header.SetID(7)
+	if _, err := victim.Write(protocol.AppendMessage(nil, req)); err != nil {
+		t.Fatalf("write a request after go-away: %v", err)
+	}
+	m := readResponse(t, rd, victim)
+	if m.Header.ID() != 7 || m.Header.Status() != protocol.StatusServerThreadpoolExhausted || !strings.Contains(string(m.Payload), "make room") {
+		t.Fatalf("answer to a request after go-away: id %d, status %d, %q; want id 7, status 100, the go-away message",
+			m.Header.ID(), m.Header.Status(), m.Payload)
+	}
+	select {
+	case p := <-gs.entered:
+		t.Fatalf("the handler ran %q on the connection that went away", p)
+	default:
+	}
+	if n := obs.goneAway.Load(); n != 1 {
+		t.Errorf("RejectGoneAway reported %d times, want 1", n)
+	}
+
+	// The peer closes it: the server forgets it.
+	_ = victim.Close()
+	eventually(t, "the server to forget the connection its peer closed", func() bool {
+		gs.srv.mu.Lock()
+		defer gs.srv.mu.Unlock()
+		return len(gs.srv.conns) == 1 && gs.srv.lingering.Load() == 0
+	})
+
+	// A peer that does not close it is closed after evictLinger.
+	other, rdOther := validConn(t, gs.addr) // evicts the second one
+	_ = other
+	_ = rdOther
+	gone := time.Now()
+	eventually(t, "a lingering connection", func() bool { return gs.srv.lingering.Load() == 1 })
+	eventually(t, "the lingering connection to be closed", func() bool { return gs.srv.lingering.Load() == 0 })
+	if took := time.Since(gone); took > evictLinger+5*time.Second {
+		t.Errorf("the lingering connection closed %v after the eviction, want about %v", took, evictLinger)
+	}
+}
+
+// A connection whose grace ended without a valid frame is closed at once,
+// with no go-away event and no linger.
+func TestEvictionClosesSilentAtOnce(t *testing.T) {
+	gs := startGateServer(t, ServerConfig{MaxConns: 1})
+	setGrace(gs.srv, 0)
+	silent := dialRaw(t, gs.addr)
+	eventually(t, "the server to hold the silent connection", func() bool { return gs.srv.nconns.Load() == 1 })
+	validConn(t, gs.addr)
+	_ = silent.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+	b, err := io.ReadAll(silent)
+	if len(b) != 0 || err != nil {
+		t.Errorf("the silent connection read %d bytes (% x), %v before its close; want none and EOF", len(b), b, err)
+	}
+	if n := gs.srv.lingering.Load(); n != 0 {
+		t.Errorf("%d connections lingering, want 0", n)
+	}
+}
+
+// A pool whose connection went away sends its next call on a new one:
+// the call succeeds, and the old connection is closed once drained.
+func TestEvictedPoolCallsOnNewConnection(t *testing.T) {
+	obs := &countingObserver{}
+	gs := startGateServer(t, ServerConfig{MaxConns: 1, Observer: obs})
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	call := func() {
+		t.Helper()
+		resp, err := p.RoundTrip(testCtx(t), gs.addr, newRequest("quick"))
+		if err != nil {
+			t.Fatalf("call: %v", err)
+		}
+		p.Release(resp)
+		waitFor(t, gs.entered, "the handler's report of the call")
+	}
+	call()
+	eventually(t, "the pool's connection idle on the server", func() bool {
+		gs.srv.mu.Lock()
+		defer gs.srv.mu.Unlock()
+		for sc := range gs.srv.conns {
+			return sc.inflight.Load() == 0 && sc.idleSince.Load() != 0
+		}
+		return false
+	})
+	validConn(t, gs.addr) // takes the pool's place
+	waitNoConns(t, p, "the pool to close the connection that went away")
+	opened := obs.opened.Load()
+	call()
+	if n := obs.opened.Load() - opened; n != 1 {
+		t.Errorf("the call after go-away opened %d connections, want 1", n)
+	}
+}
+
+// Under evictions, a call never fails ambiguously: each one either
+// succeeds or is answered 100, not run, on a connection that went away.
+// Before go-away, a request that crossed the close failed as "connection
+// lost", and its caller could not tell whether it ran.
+func TestEvictionNeverCutsACall(t *testing.T) {
+	const clients, evictions = 4, 300
+	ts := startServer(t, echo, ServerConfig{MaxConns: clients})
+	stop := make(chan struct{})
+	var calls, notRun atomic.Int64
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		p := newPool(t, Config{ConnsPerAddr: 1})
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				payload := strconv.Itoa(i) + "/" + strconv.Itoa(n)
+				resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest(payload))
+				calls.Add(1)
+				if err == nil {
+					p.Release(resp)
+					continue
+				}
+				var pe *protocol.Error
+				if errors.As(err, &pe) && ((pe.Remote && pe.Status == protocol.StatusServerThreadpoolExhausted) || errors.Is(err, ErrNotSent)) {
+					notRun.Add(1)
+					continue
+				}
+				errs <- err
+				return
+			}
+		})
+	}
+	// Each new connection takes the place of an idle client's, then
+	// closes, leaving the place to the client's next connection. One
+	// that finds every client with a call in flight is closed at accept.
+	admitted := 0
+	for range evictions {
+		c := dialRaw(t, ts.addr)
+		_ = c.SetDeadline(time.Now().Add(defaultTestTimeout))
+		if _, err := c.Write(protocol.AppendHeartbeat(nil, 1)); err == nil {
+			var m protocol.Message
+			if protocol.NewReader(bufio.NewReader(c), 0).Read(&m) == nil {
+				admitted++
+			}
+		}
+		_ = c.Close()
+		select {
+		case err := <-errs:
+			close(stop)
+			wg.Wait()
+			t.Fatalf("a call failed and may have run: %v", err)
+		default:
+		}
+	}
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatalf("a call failed and may have run: %v", err)
+	default:
+	}
+	t.Logf("%d calls beside %d connections admitted at MaxConns, %d calls not run", calls.Load(), admitted, notRun.Load())
+	if calls.Load() == 0 || admitted == 0 {
+		t.Fatalf("%d calls, %d connections admitted at MaxConns: the test exercised nothing", calls.Load(), admitted)
 	}
 }

@@ -49,8 +49,11 @@ func (c *clientConn) roundTrip(ctx context.Context, req *protocol.Message, start
 	req.Header.SetID(id)
 
 	if !req.Header.Flags().IsTwoWay() {
-		if c.load() == connReadOnly {
+		switch c.load() {
+		case connReadOnly:
 			return nil, c.errReadOnly()
+		case connGoneAway:
+			return nil, c.errGoneAway() // the server would drop it unrun
 		}
 		queued, err := c.write(ctx, req, remaining)
 		if err != nil {

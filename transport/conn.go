@@ -16,11 +16,12 @@ import (
 )
 
 // connState is where a clientConn is in its life. It only moves up, and
-// may skip steps: open, retiring, readOnly, closed.
+// may skip steps: open, goneAway, retiring, readOnly, closed.
 type connState uint32
 
 const (
 	connOpen     connState = iota // takes new calls
+	connGoneAway                  // the server closes it to make room: no new calls, closes when drained
 	connRetiring                  // its address was forgotten: no new calls, closes when drained
 	connReadOnly                  // the peer is shutting down: no new calls, closes when drained
 	connClosed                    // closed for good; err says why
@@ -98,8 +99,8 @@ func (c *clientConn) usable() bool {
 // retire takes no more calls on c and closes it after its last one.
 func (c *clientConn) retire() { c.drain(connRetiring) }
 
-// drain moves c to s, connRetiring or connReadOnly, and closes it if no
-// call is left.
+// drain moves c to s, connGoneAway, connRetiring or connReadOnly, and
+// closes it if no call is left.
 func (c *clientConn) drain(s connState) {
 	c.mu.Lock()
 	c.moveLocked(s) // under mu: register checks the state there
@@ -184,9 +185,17 @@ func (c *clientConn) register(id uint64, cl *call, mayRead bool) (gen uint64, er
 		return 0, c.errReadOnly()
 	case connRetiring:
 		return 0, protocol.NotSent(protocol.StatusChannelInactive, "address left the instance list: "+c.ep.addr, nil)
+	case connGoneAway:
+		return 0, c.errGoneAway()
 	}
 	c.pending[id] = cl
 	return c.grantLocked(mayRead), nil
+}
+
+// errGoneAway is the error of a call refused on a connection the server
+// sent the go-away event on. It wraps ErrGoneAway.
+func (c *clientConn) errGoneAway() error {
+	return protocol.NotSent(protocol.StatusChannelInactive, "connection to "+c.ep.addr+" closing to make room at the server", ErrGoneAway)
 }
 
 func (c *clientConn) errReadOnly() error {
@@ -200,15 +209,18 @@ func (c *clientConn) drainedLocked() bool {
 	// come. It keeps reading until then, answering late requests with
 	// status 100, so it never drops a request it did not answer.
 	s := c.load()
-	return (s == connRetiring || s == connReadOnly) && len(c.pending) == 0
+	return s != connOpen && s != connClosed && len(c.pending) == 0
 }
 
 // closeDrained closes c after its last call on a read-only or retiring
 // connection.
 func (c *clientConn) closeDrained() {
 	why := "is shutting down"
-	if c.load() == connRetiring {
+	switch c.load() {
+	case connRetiring:
 		why = "left the instance list"
+	case connGoneAway:
+		why = "sent go-away (closing connections to make room)"
 	}
 	c.close(fmt.Errorf("transport: %s %s; closed the connection after its last call: %w", c.ep.addr, why, ErrClosed))
 }
@@ -395,6 +407,11 @@ func (c *clientConn) event(m *protocol.Message) {
 		// asks why (Pool.ReadOnly).
 		c.ep.markReadOnly()
 		c.drain(connReadOnly)
+	case m.IsGoAway():
+		// This connection alone: the server closes it to make room for
+		// another. New calls go to a new connection; the server answers
+		// 100 to what it reads here from now on.
+		c.drain(connGoneAway)
 	}
 }
 

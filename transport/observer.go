@@ -27,6 +27,10 @@ const (
 	// accept. The server held MaxConns connections, each with a call in
 	// flight, so none could be closed to make room.
 	RejectMaxConns Rejection = "max_conns"
+	// RejectGoneAway: a request read on a connection the server was
+	// closing to make room for a new one, after its go-away event
+	// (status 100).
+	RejectGoneAway Rejection = "gone_away"
 )
 
 // ServerObserver is told what a Server does outside its handler: the

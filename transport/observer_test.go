@@ -16,7 +16,7 @@ import (
 // countingObserver counts what a server reports. It allocates nothing.
 type countingObserver struct {
 	overload, shutdown, budget, bad, unimplemented atomic.Int64
-	maxConns                                       atomic.Int64
+	maxConns, goneAway                             atomic.Int64
 	opened, closed                                 atomic.Int64
 }
 
@@ -34,6 +34,8 @@ func (o *countingObserver) Rejected(r Rejection) {
 		o.unimplemented.Add(1)
 	case RejectMaxConns:
 		o.maxConns.Add(1)
+	case RejectGoneAway:
+		o.goneAway.Add(1)
 	}
 }
 

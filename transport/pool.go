@@ -26,6 +26,13 @@ var ErrNotSent = protocol.ErrNotSent
 // address.
 var ErrDialBackoff = errors.New("transport: dial backoff")
 
+// ErrGoneAway is wrapped by the error of a request refused, not sent, on a
+// connection whose server sent the go-away event: it is closing that
+// connection to make room for a new one (ServerConfig.MaxConns). The
+// address is fine; RoundTrip sends such a request on another connection
+// itself.
+var ErrGoneAway = errors.New("transport: connection going away")
+
 // ErrClosed reports a closed Pool or connection.
 var ErrClosed = errors.New("transport: closed")
 
@@ -149,7 +156,19 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 	if timed {
 		return e.pace.timeSmall(ctx, c, req, start)
 	}
-	return c.roundTrip(ctx, req, start)
+	resp, err := c.roundTrip(ctx, req, start)
+	if err != nil && errors.Is(err, ErrGoneAway) {
+		// The server sent go-away on c after it was picked: nothing was
+		// sent, and another connection to the address takes the request.
+		if req.Timeout > 0 && start.IsZero() {
+			start = time.Now()
+		}
+		if c, err = e.slowConn(ctx, i, start, req.Timeout); err != nil {
+			return nil, err
+		}
+		return c.roundTrip(ctx, req, start)
+	}
+	return resp, err
 }
 
 // Release returns a response from RoundTrip to the pool. resp must not be

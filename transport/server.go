@@ -23,6 +23,7 @@ var ErrServerClosed = errors.New("transport: server closed")
 var (
 	msgShuttingDown = []byte("server shutting down")
 	msgBusy         = []byte("server busy: too many concurrent requests")
+	msgGoneAway     = []byte("connection closed to make room for a new one (MaxConns); not run, send it again")
 	msgBudgetSpent  = []byte("timeout budget spent before the handler ran")
 )
 
@@ -73,6 +74,9 @@ type Server struct {
 	refusedLog atomic.Int64
 	evictedLog atomic.Int64
 	evicted    atomic.Int64
+	// lingering counts the connections evict left open after their
+	// go-away event (retire).
+	lingering atomic.Int64
 	// grace is evictGrace of the config.
 	grace time.Duration
 	// victims are the next connections evict closes, from its last pass
@@ -317,6 +321,7 @@ func (s *Server) track(sc *serverConn) bool {
 		s.mu.Unlock()
 		return false
 	}
+	sc.placed.Store(true)
 	s.conns[sc] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -332,7 +337,7 @@ func (s *Server) forget(sc *serverConn) {
 	_, ok := s.conns[sc]
 	if ok {
 		delete(s.conns, sc)
-		s.nconns.Add(-1)
+		s.givePlace(sc)
 	}
 	s.mu.Unlock()
 	if o := s.cfg.Observer; ok && o != nil {

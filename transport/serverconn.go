@@ -42,6 +42,13 @@ type serverConn struct {
 	// announced sends the read-only event once. Shutdown or the reader
 	// about to answer "shutting down" sends it, whoever comes first.
 	announced sync.Once
+	// wentAway queues the go-away event once: evict, or the reader about
+	// to answer a request read after evict's claim, whoever comes first.
+	wentAway sync.Once
+	// placed says the connection holds one of the MaxConns places
+	// (Server.nconns). The first of evict (for a connection it leaves
+	// open a while) and forget to clear it gives the place back.
+	placed atomic.Bool
 
 	// ctx ends when the connection closes; a wait for the body budget
 	// ends with it.
@@ -55,6 +62,7 @@ type serverConn struct {
 	closed bool
 	hb     *time.Timer
 	rt     *time.Timer // runs watchReads
+	lt     *time.Timer // closes a connection evict left open (linger)
 
 	// accepted is when the server accepted the connection, in Unix
 	// nanoseconds. At MaxConns, the oldest one without a valid frame is
@@ -118,7 +126,15 @@ func (sc *serverConn) close() {
 		sc.rt.Stop()
 		sc.rt = nil
 	}
+	lingered := sc.lt != nil
+	if lingered {
+		sc.lt.Stop()
+		sc.lt = nil
+	}
 	sc.mu.Unlock()
+	if lingered {
+		sc.s.lingering.Add(-1)
+	}
 	sc.w.fail(ErrServerClosed)
 	_ = sc.nc.Close()
 	sc.cancel()
@@ -251,8 +267,14 @@ func (sc *serverConn) dispatch(call *serverCall, mayInline bool) (inline bool) {
 	s := sc.s
 	n := sc.inflight.Add(1)
 	if n < 0 {
-		// evict chose this connection and is closing it. Like a request
-		// that arrives after the close, this one is not run.
+		// evict chose this connection to make room. The request is not
+		// run: it is answered 100 behind the go-away event, so its
+		// caller knows it is safe to send again elsewhere.
+		sc.goAway()
+		s.rejected(RejectGoneAway)
+		if call.req.Header.Flags().IsTwoWay() {
+			sc.answer(&call.req, protocol.StatusServerThreadpoolExhausted, msgGoneAway)
+		}
 		putServerCall(call)
 		return false
 	}
@@ -310,6 +332,28 @@ func (sc *serverConn) dispatch(call *serverCall, mayInline bool) (inline bool) {
 	}
 	s.workers.handOff(call)
 	return false
+}
+
+// goAway queues the go-away event on this connection, once. It never
+// waits on the socket: evict calls it from the accept loop.
+func (sc *serverConn) goAway() {
+	sc.wentAway.Do(func() {
+		if sc.w.queueEvent(eventGoAway, sc.nextID.Add(1)) {
+			go func() { _ = sc.w.flush() }() // a failed write closes the connection itself
+		}
+	})
+}
+
+// linger closes the connection after d, unless it closes before. It
+// reports false when the connection was closed already.
+func (sc *serverConn) linger(d time.Duration) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.closed || sc.lt != nil {
+		return false
+	}
+	sc.lt = time.AfterFunc(d, sc.close)
+	return true
 }
 
 // announce sends the read-only event on this connection, once.

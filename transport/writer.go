@@ -82,6 +82,7 @@ const (
 	eventHeartbeatResponse
 	eventReadOnly
 	eventCancel
+	eventGoAway
 )
 
 // limit is how long a caller may wait on the writer: until ctx is done or
@@ -247,6 +248,8 @@ func (w *frameWriter) appendEventLocked(kind eventKind, id uint64) {
 		w.buf = protocol.AppendReadOnly(w.buf, id)
 	case eventCancel:
 		w.buf = protocol.AppendCancel(w.buf, id)
+	case eventGoAway:
+		w.buf = protocol.AppendGoAway(w.buf, id)
 	}
 }
 
