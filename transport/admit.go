@@ -16,8 +16,8 @@ const evicting = math.MinInt64 / 2
 
 // full takes one of the MaxConns places for nc and reports false. When the
 // server holds MaxConns connections already, it makes room (evict). When
-// nothing can be evicted, it closes nc, counts it (RejectMaxConns) and
-// reports true. forget gives the place back, and so does unplace for a
+// nothing can be evicted, it turns nc away (turnAway), counts it
+// (RejectMaxConns) and reports true. forget gives the place back, and so does unplace for a
 // connection track refused.
 func (s *Server) full(nc net.Conn) bool {
 	// The place is taken before the check: two listeners accepting at
@@ -27,14 +27,44 @@ func (s *Server) full(nc net.Conn) bool {
 	}
 	s.nconns.Add(-1)
 	s.rejected(RejectMaxConns) // before the close, which the peer sees
-	_ = nc.Close()
+	s.turnAway(nc)
 	// One line a second at most: a flood of connections must not become
 	// a flood of log lines.
 	if logNow(&s.refusedLog) {
-		s.log.Warn("transport: too many connections and none to close for room; closing new ones at once",
+		s.log.Warn("transport: too many connections and none to close for room; turning new ones away",
 			"max_conns", s.cfg.MaxConns, "remote", nc.RemoteAddr())
 	}
 	return true
+}
+
+// turnAway refuses nc, which has no place. Up to maxLingering connections
+// at once, it is served as one evict closed (retire): the go-away event,
+// 100 to each request, and the close when the peer closes it or after
+// evictLinger. Its peer may have sent a request already. Past
+// maxLingering, or once the server stops serving, nc is closed at once.
+func (s *Server) turnAway(nc net.Conn) {
+	if s.current() != serving {
+		_ = nc.Close()
+		return
+	}
+	if s.lingering.Add(1) > maxLingering {
+		s.lingering.Add(-1)
+		_ = nc.Close()
+		return
+	}
+	sc := newServerConn(s, nc)
+	sc.placeless = true
+	sc.inflight.Store(evicting) // it runs no call
+	if !s.track(sc) {
+		s.lingering.Add(-1)
+		_ = nc.Close()
+		return
+	}
+	sc.goAway()
+	if !sc.linger(evictLinger) {
+		s.lingering.Add(-1)
+	}
+	go sc.serve()
 }
 
 // unplace gives back the place full took for a connection that track

@@ -74,8 +74,9 @@ func validConn(t *testing.T, addr string) (net.Conn, *protocol.Reader) {
 }
 
 // When every connection has a call in flight, none can be closed: a new
-// one is closed at once, counted as RejectMaxConns, and logged once a
-// second at most.
+// one is turned away (the go-away event, 100 to a request, the close
+// after evictLinger), counted as RejectMaxConns, and logged once a second
+// at most.
 func TestMaxConnsRefusesWhenAllBusy(t *testing.T) {
 	var logs lockedBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -92,15 +93,36 @@ func TestMaxConnsRefusesWhenAllBusy(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range surplus {
 		c := dialRaw(t, bs.addr)
+		from := time.Now()
 		wg.Go(func() {
-			if d := closedWithin(t, c, time.Now(), 5*time.Second); d > time.Second {
-				t.Errorf("surplus conn %d closed after %v, want at once", i, d)
+			// Turned away: the go-away event, then the close after
+			// evictLinger, as its peer does not close it.
+			_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+			var m protocol.Message
+			if err := protocol.NewReader(bufio.NewReader(c), 0).Read(&m); err != nil || !m.IsGoAway() {
+				t.Errorf("surplus conn %d: first frame %v (flags %#02x), want the go-away event", i, err, byte(m.Header.Flags()))
+				return
+			}
+			if d := closedWithin(t, c, from, 5*time.Second); d > evictLinger+time.Second {
+				t.Errorf("surplus conn %d closed after %v, want within %v", i, d, evictLinger)
 			}
 		})
 	}
+	// One that sent a request has it answered 100, not run.
+	c := dialRaw(t, bs.addr)
+	rd := protocol.NewReader(bufio.NewReader(c), 0)
+	req := newRequest("quick")
+	req.Header.SetID(5)
+	if _, err := c.Write(protocol.AppendMessage(nil, req)); err != nil {
+		t.Fatalf("write a request on a connection turned away: %v", err)
+	}
+	readUntilGoAway(t, c, rd)
+	if m := readResponse(t, rd, c); m.Header.ID() != 5 || m.Header.Status() != protocol.StatusServerThreadpoolExhausted {
+		t.Errorf("answer on a connection turned away: id %d, status %d, want id 5, status 100", m.Header.ID(), m.Header.Status())
+	}
 	wg.Wait()
-	if n := obs.maxConns.Load(); n != surplus {
-		t.Errorf("%d connections counted as RejectMaxConns, want %d", n, surplus)
+	if n := obs.maxConns.Load(); n != surplus+1 {
+		t.Errorf("%d connections counted as RejectMaxConns, want %d", n, surplus+1)
 	}
 	lines := strings.Count(logs.String(), "too many connections")
 	if lines < 1 || (time.Since(start) < time.Second && lines != 1) {

@@ -52,7 +52,11 @@ type clientConn struct {
 	// refused says the server refused the connection before reading a
 	// request (closeWith's notSent): nothing written on it was read.
 	refused bool
-	hb      *time.Timer // the heartbeat timer; nil once closed
+	// wentAway says the server sent the go-away event: it runs nothing
+	// sent on the connection from then on, and a call it has not
+	// answered when the connection closes was not run.
+	wentAway bool
+	hb       *time.Timer // the heartbeat timer; nil once closed
 }
 
 func newClientConn(ep *endpoint, nc net.Conn) *clientConn {
@@ -129,6 +133,7 @@ func (c *clientConn) closeWith(err error, notSent bool) {
 	}
 	c.err = err
 	c.refused = notSent
+	wentAway := c.wentAway
 	pend := c.pending
 	c.pending = nil
 	if c.hb != nil {
@@ -141,8 +146,14 @@ func (c *clientConn) closeWith(err error, notSent bool) {
 	_ = c.nc.Close()
 	c.tok.wakeReader()
 	for _, cl := range pend {
-		if notSent {
+		switch {
+		case notSent:
 			cl.err = protocol.NotSent(protocol.StatusChannelInactive, "cannot connect", err)
+		case wentAway:
+			// The server had no call of this connection in flight when
+			// it sent go-away, and runs none after it.
+			cl.err = protocol.NotSent(protocol.StatusChannelInactive, "connection closed after go-away, unanswered: not run",
+				fmt.Errorf("%w: %w", ErrGoneAway, err))
 		}
 		cl.ch <- nil
 	}
@@ -193,10 +204,15 @@ func (c *clientConn) register(id uint64, cl *call, mayRead bool) (gen uint64, er
 }
 
 // errGoneAway is the error of a call refused on a connection the server
-// sent the go-away event on. It wraps ErrGoneAway.
+// sent the go-away event on. It wraps errUnsentGoneAway.
 func (c *clientConn) errGoneAway() error {
-	return protocol.NotSent(protocol.StatusChannelInactive, "connection to "+c.ep.addr+" closing to make room at the server", ErrGoneAway)
+	return protocol.NotSent(protocol.StatusChannelInactive, "connection to "+c.ep.addr+" closing to make room at the server", errUnsentGoneAway)
 }
+
+// errUnsentGoneAway is the cause of a call refused before its request was
+// written, on a connection that went away: Pool.RoundTrip sends it on
+// another connection.
+var errUnsentGoneAway = fmt.Errorf("%w before the request was written", ErrGoneAway)
 
 func (c *clientConn) errReadOnly() error {
 	return protocol.NotSent(protocol.StatusChannelInactive, "address is read-only (shutting down): "+c.ep.addr, nil)
@@ -411,6 +427,9 @@ func (c *clientConn) event(m *protocol.Message) {
 		// This connection alone: the server closes it to make room for
 		// another. New calls go to a new connection; the server answers
 		// 100 to what it reads here from now on.
+		c.mu.Lock()
+		c.wentAway = true
+		c.mu.Unlock()
 		c.drain(connGoneAway)
 	}
 }

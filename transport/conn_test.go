@@ -356,3 +356,31 @@ func TestForeignRequestFromPeer(t *testing.T) {
 	}
 	waitNoConns(t, p, "the connection to the foreign peer to close")
 }
+
+// TestGoAwayFromRawServer: after the go-away event, a call the server
+// leaves unanswered when it closes the connection fails not sent (the
+// server runs nothing after go-away), and a new call goes over a new
+// connection.
+func TestGoAwayFromRawServer(t *testing.T) {
+	c, _, p, errc := callRawServer(t)
+	if _, err := c.Write(protocol.AppendGoAway(nil, 1)); err != nil {
+		t.Fatalf("write go-away: %v", err)
+	}
+	// The pool stops choosing the connection before the server closes it.
+	eventually(t, "the pool to stop choosing the connection", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for cc := range p.conns {
+			if cc.usable() {
+				return false
+			}
+		}
+		return true
+	})
+	_ = c.Close()
+	err := waitFor(t, errc, "the pending call")
+	wantStatus(t, err, protocol.StatusChannelInactive, false, true)
+	if !errors.Is(err, ErrGoneAway) {
+		t.Errorf("err = %v, want one wrapping ErrGoneAway", err)
+	}
+}

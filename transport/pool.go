@@ -157,7 +157,7 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 		return e.pace.timeSmall(ctx, c, req, start)
 	}
 	resp, err := c.roundTrip(ctx, req, start)
-	if err != nil && errors.Is(err, ErrGoneAway) {
+	if err != nil && errors.Is(err, errUnsentGoneAway) {
 		// The server sent go-away on c after it was picked: nothing was
 		// sent, and another connection to the address takes the request.
 		if req.Timeout > 0 && start.IsZero() {

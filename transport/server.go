@@ -321,11 +321,11 @@ func (s *Server) track(sc *serverConn) bool {
 		s.mu.Unlock()
 		return false
 	}
-	sc.placed.Store(true)
+	sc.placed.Store(!sc.placeless)
 	s.conns[sc] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	if o := s.cfg.Observer; o != nil {
+	if o := s.cfg.Observer; o != nil && !sc.placeless {
 		o.ConnOpened()
 	}
 	return true
@@ -340,7 +340,7 @@ func (s *Server) forget(sc *serverConn) {
 		s.givePlace(sc)
 	}
 	s.mu.Unlock()
-	if o := s.cfg.Observer; ok && o != nil {
+	if o := s.cfg.Observer; ok && o != nil && !sc.placeless {
 		o.ConnClosed()
 	}
 }

@@ -49,6 +49,9 @@ type serverConn struct {
 	// (Server.nconns). The first of evict (for a connection it leaves
 	// open a while) and forget to clear it gives the place back.
 	placed atomic.Bool
+	// placeless marks a connection turned away at MaxConns (turnAway):
+	// it never held a place, and the Observer is not told of it.
+	placeless bool
 
 	// ctx ends when the connection closes; a wait for the body budget
 	// ends with it.
