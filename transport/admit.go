@@ -17,8 +17,8 @@ const evicting = math.MinInt64 / 2
 // full takes one of the MaxConns places for nc and reports false. When the
 // server holds MaxConns connections already, it makes room (evict). When
 // nothing can be evicted, it turns nc away (turnAway), counts it
-// (RejectMaxConns) and reports true. forget gives the place back, and so does unplace for a
-// connection track refused.
+// (RejectMaxConns) and reports true. forget gives the place back, and so
+// does unplace for a connection track refused.
 func (s *Server) full(nc net.Conn) bool {
 	// The place is taken before the check: two listeners accepting at
 	// once must not both see the last one free.
@@ -26,7 +26,7 @@ func (s *Server) full(nc net.Conn) bool {
 		return false
 	}
 	s.nconns.Add(-1)
-	s.rejected(RejectMaxConns) // before the close, which the peer sees
+	s.rejected(RejectMaxConns) // before the go-away or the close, which the peer sees
 	s.turnAway(nc)
 	// One line a second at most: a flood of connections must not become
 	// a flood of log lines.
@@ -113,9 +113,9 @@ func (s *Server) evict() bool {
 // before it saw the event arrive within a round trip.
 const evictLinger = time.Second
 
-// maxLingering bounds the connections evict has left open for a while
-// after their go-away event, beyond MaxConns. Past it, a victim is closed
-// at once.
+// maxLingering bounds the connections left open for a while after their
+// go-away event (retire, turnAway), beyond MaxConns. Past it, such a
+// connection is closed at once.
 const maxLingering = 64
 
 // retire closes victim, claimed by evict, to make room. Its peer may have

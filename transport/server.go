@@ -74,8 +74,8 @@ type Server struct {
 	refusedLog atomic.Int64
 	evictedLog atomic.Int64
 	evicted    atomic.Int64
-	// lingering counts the connections evict left open after their
-	// go-away event (retire).
+	// lingering counts the connections left open after their go-away
+	// event (retire, turnAway).
 	lingering atomic.Int64
 	// grace is evictGrace of the config.
 	grace time.Duration

@@ -42,8 +42,9 @@ type serverConn struct {
 	// announced sends the read-only event once. Shutdown or the reader
 	// about to answer "shutting down" sends it, whoever comes first.
 	announced sync.Once
-	// wentAway queues the go-away event once: evict, or the reader about
-	// to answer a request read after evict's claim, whoever comes first.
+	// wentAway queues the go-away event once: evict or turnAway, or the
+	// reader about to answer a request read after the claim, whoever
+	// comes first.
 	wentAway sync.Once
 	// placed says the connection holds one of the MaxConns places
 	// (Server.nconns). The first of evict (for a connection it leaves
@@ -65,7 +66,7 @@ type serverConn struct {
 	closed bool
 	hb     *time.Timer
 	rt     *time.Timer // runs watchReads
-	lt     *time.Timer // closes a connection evict left open (linger)
+	lt     *time.Timer // closes a connection left open after go-away (linger)
 
 	// accepted is when the server accepted the connection, in Unix
 	// nanoseconds. At MaxConns, the oldest one without a valid frame is
