@@ -103,7 +103,7 @@ func TestMaxConnsRefusesWhenAllBusy(t *testing.T) {
 				t.Errorf("surplus conn %d: first frame %v (flags %#02x), want the go-away event", i, err, byte(m.Header.Flags()))
 				return
 			}
-			if d := closedWithin(t, c, from, 5*time.Second); d > evictLinger+time.Second {
+			if d := closedWithin(t, c, from, 5*time.Second); d > evictLinger+3*time.Second {
 				t.Errorf("surplus conn %d closed after %v, want within %v", i, d, evictLinger)
 			}
 		})
