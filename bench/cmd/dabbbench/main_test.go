@@ -76,13 +76,26 @@ func TestRun(t *testing.T) {
 	if len(rows) != 1+n*4*2 {
 		t.Fatalf("bench.csv has %d rows, want %d", len(rows), 1+n*4*2)
 	}
+	// dabb's rows make calls in every round. A peer's point may stall
+	// for one 250 ms window on a loaded machine under the race detector
+	// (kitex-pool did, once, with no error), but not in every round.
 	medians := map[string]int{}
+	called := map[string]bool{}
 	for _, r := range rows[1:] {
-		if r[4] == "0" {
+		point := strings.Join(r[:4], " ")
+		if r[4] == "0" && strings.HasPrefix(r[0], "dabb") {
 			t.Errorf("point %v made no calls", r[:4])
 		}
+		if r[4] != "0" {
+			called[point] = true
+		}
 		if r[len(r)-1] == "true" {
-			medians[strings.Join(r[:4], " ")]++
+			medians[point]++
+		}
+	}
+	for point := range medians {
+		if !called[point] {
+			t.Errorf("point %s made no calls in any round", point)
 		}
 	}
 	if len(medians) != n*4 {
