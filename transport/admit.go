@@ -43,12 +43,8 @@ func (s *Server) full(nc net.Conn) bool {
 // evictLinger. Its peer may have sent a request already. Past
 // maxLingering, or once the server stops serving, nc is closed at once.
 func (s *Server) turnAway(nc net.Conn) {
-	if s.current() != serving {
-		_ = nc.Close()
-		return
-	}
-	if s.lingering.Add(1) > maxLingering {
-		s.lingering.Add(-1)
+	// A look before the serverConn is made: linger below is the bound.
+	if s.current() != serving || s.lingering.Load() >= maxLingering {
 		_ = nc.Close()
 		return
 	}
@@ -56,15 +52,15 @@ func (s *Server) turnAway(nc net.Conn) {
 	sc.placeless = true
 	sc.inflight.Store(evicting) // it runs no call
 	if !s.track(sc) {
-		s.lingering.Add(-1)
 		_ = nc.Close()
 		return
 	}
-	sc.goAway()
-	if !sc.linger(evictLinger) {
-		s.lingering.Add(-1)
+	if sc.linger(evictLinger) {
+		sc.goAway()
+	} else {
+		sc.close() // maxLingering reached meanwhile
 	}
-	go sc.serve()
+	go sc.serve() // on a closed connection it returns at once
 }
 
 // unplace gives back the place full took for a connection that track
@@ -125,20 +121,13 @@ const maxLingering = 64
 // connection whose grace ended without a valid frame is closed at once,
 // as are victims past maxLingering.
 func (s *Server) retire(victim *serverConn) {
-	if !victim.watch.valid.Load() && victim.accepted <= time.Now().Add(-s.grace).UnixNano() {
-		victim.close()
-		return
-	}
-	if s.lingering.Add(1) > maxLingering {
-		s.lingering.Add(-1)
+	silent := !victim.watch.valid.Load() && victim.accepted <= time.Now().Add(-s.grace).UnixNano()
+	if silent || !victim.linger(evictLinger) {
 		victim.close()
 		return
 	}
 	victim.goAway()
 	s.givePlace(victim)
-	if !victim.linger(evictLinger) {
-		s.lingering.Add(-1) // closed meanwhile
-	}
 }
 
 // givePlace gives back the MaxConns place of sc, once, whether evict or

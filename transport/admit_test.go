@@ -588,9 +588,7 @@ func TestEvictionGoAway(t *testing.T) {
 	})
 
 	// A peer that does not close it is closed after evictLinger.
-	other, rdOther := validConn(t, gs.addr) // evicts the second one
-	_ = other
-	_ = rdOther
+	validConn(t, gs.addr) // evicts the second one
 	gone := time.Now()
 	eventually(t, "a lingering connection", func() bool { return gs.srv.lingering.Load() == 1 })
 	eventually(t, "the lingering connection to be closed", func() bool { return gs.srv.lingering.Load() == 0 })
@@ -614,6 +612,43 @@ func TestEvictionClosesSilentAtOnce(t *testing.T) {
 	}
 	if n := gs.srv.lingering.Load(); n != 0 {
 		t.Errorf("%d connections lingering, want 0", n)
+	}
+}
+
+// Past maxLingering connections lingering, a connection evicted and one
+// turned away are closed at once, with no go-away event; the count is
+// not changed by them.
+func TestLingeringBounded(t *testing.T) {
+	gs := startGateServer(t, ServerConfig{MaxConns: 1})
+	// No real connection lingers: the count stands for 64 that do.
+	gs.srv.lingering.Store(maxLingering)
+	t.Cleanup(func() { gs.srv.lingering.Store(0) })
+	closedBare := func(what string, c net.Conn) {
+		t.Helper()
+		_ = c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+		b, err := io.ReadAll(c)
+		if len(b) != 0 || err != nil {
+			t.Errorf("%s read %d bytes (% x), %v before its close; want none and EOF", what, len(b), b, err)
+		}
+	}
+
+	victim, _ := validConn(t, gs.addr)
+	validConn(t, gs.addr) // evicts victim
+	closedBare("the connection evicted past maxLingering", victim)
+
+	held := blockedCall(t, gs, "held") // on the place of the one above
+	eventually(t, "the server to hold only the held call's connection", func() bool {
+		gs.srv.mu.Lock()
+		defer gs.srv.mu.Unlock()
+		return len(gs.srv.conns) == 1
+	})
+	closedBare("the connection turned away past maxLingering", dialRaw(t, gs.addr))
+	if n := gs.srv.lingering.Load(); n != maxLingering {
+		t.Errorf("lingering = %d, want %d unchanged", n, maxLingering)
+	}
+	close(gs.release)
+	if err := waitFor(t, held, "the held call"); err != nil {
+		t.Errorf("held call: %v", err)
 	}
 }
 

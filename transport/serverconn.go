@@ -271,9 +271,10 @@ func (sc *serverConn) dispatch(call *serverCall, mayInline bool) (inline bool) {
 	s := sc.s
 	n := sc.inflight.Add(1)
 	if n < 0 {
-		// evict chose this connection to make room. The request is not
-		// run: it is answered 100 behind the go-away event, so its
-		// caller knows it is safe to send again elsewhere.
+		// The connection went away: evict chose it to make room, or it
+		// was turned away at accept. The request is not run: it is
+		// answered 100 behind the go-away event, so its caller knows it
+		// is safe to send again elsewhere.
 		sc.goAway()
 		s.rejected(RejectGoneAway)
 		if call.req.Header.Flags().IsTwoWay() {
@@ -348,12 +349,19 @@ func (sc *serverConn) goAway() {
 	})
 }
 
-// linger closes the connection after d, unless it closes before. It
-// reports false when the connection was closed already.
+// linger closes the connection after d, unless it closes before, and
+// counts it in the server's lingering until then. It reports false,
+// arming nothing, when the connection is closed or lingers already, or
+// when maxLingering connections linger.
 func (sc *serverConn) linger(d time.Duration) bool {
+	s := sc.s
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if sc.closed || sc.lt != nil {
+		return false
+	}
+	if s.lingering.Add(1) > maxLingering {
+		s.lingering.Add(-1)
 		return false
 	}
 	sc.lt = time.AfterFunc(d, sc.close)
