@@ -275,6 +275,7 @@ func decodeResponseBody(m *protocol.Message, body []byte) error {
 			return err
 		}
 		m.Payload = append(body[:0], msg...)
+		notFound(m)
 		return nil
 	}
 	exc, err := responseException(body, Limits{})
@@ -284,10 +285,25 @@ func decodeResponseBody(m *protocol.Message, body []byte) error {
 	if exc != nil {
 		m.Header.SetStatus(protocol.StatusServiceError)
 		m.Payload = append(body[:0], exc.Error()...)
+		notFound(m)
 		return nil
 	}
 	m.Payload = body
 	return nil
+}
+
+// notFound gives a response of status 70 that says the provider has no
+// such service or method status 60, which dabb's callers match with
+// protocol.ErrNotFound. Dubbo has no status of its own for either: Java
+// answers 70 with "Not found exported service: ..." or an exception
+// naming the missing method, dubbo-go 70 with "... method is not found".
+func notFound(m *protocol.Message) {
+	if m.Header.Status() != protocol.StatusServiceError {
+		return
+	}
+	if msg := string(m.Payload); strings.Contains(msg, "Not found exported service") || noSuchMethod(msg) {
+		m.Header.SetStatus(protocol.StatusServiceNotFound)
+	}
 }
 
 // AppendBody appends m's body: a request's fields, or a response's result

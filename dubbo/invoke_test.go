@@ -148,8 +148,8 @@ func TestInvokeDubbogo(t *testing.T) {
 	}
 
 	_, err = dubbo.Invoke(ctx, c, greeterInterface, "noSuchThing", nil, []any{"x"})
-	if !errors.Is(err, dubbo.ErrNoSuchMethod) || !strings.Contains(err.Error(), "pass the method's Java parameter types") {
-		t.Errorf("noSuchThing(x) = %v; want ErrNoSuchMethod saying to pass the types", err)
+	if !errors.Is(err, dubbo.ErrNoSuchMethod) || !errors.Is(err, proxy.ErrNotFound) || !strings.Contains(err.Error(), "pass the method's Java parameter types") {
+		t.Errorf("noSuchThing(x) = %v; want ErrNoSuchMethod and ErrNotFound, saying to pass the types", err)
 	}
 
 	t.Run("1000 calls", func(t *testing.T) {
