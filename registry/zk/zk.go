@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -169,12 +170,56 @@ func (r *Registry) Register(ctx context.Context, in registry.Instance) error {
 	if err := validInstance(in); err != nil {
 		return fmt.Errorf("zk: register: %w", err)
 	}
-	data, err := json.Marshal(in)
-	if err != nil {
+	if err := r.keepNode(ctx, r.NodePath(in.Service, in.ID), in); err != nil {
 		return fmt.Errorf("zk: register %s/%s: %w", in.Service, in.ID, err)
 	}
-	p := r.NodePath(in.Service, in.ID)
-	err = r.write(ctx, func(conn *zk.Conn) error {
+	return nil
+}
+
+// RegisterAt publishes in as the ephemeral node at p, under a layout other
+// than <prefix>/<service>/<id> (the dubbo module writes Dubbo's), and keeps
+// it there as Register keeps its nodes. The node's data is in as JSON; in
+// is checked as Register checks it. p is a clean absolute path at least
+// two levels below the prefix; its parents are created persistent. All the
+// nodes of a Registry, wherever they are, share its one session.
+func (r *Registry) RegisterAt(ctx context.Context, p string, in registry.Instance) error {
+	if err := validInstance(in); err != nil {
+		return fmt.Errorf("zk: register at %s: %w", p, err)
+	}
+	if err := r.validNodePath(p); err != nil {
+		return fmt.Errorf("zk: register at %s: %w", p, err)
+	}
+	if err := r.keepNode(ctx, p, in); err != nil {
+		return fmt.Errorf("zk: register at %s: %w", p, err)
+	}
+	return nil
+}
+
+// validNodePath checks a path given to RegisterAt or DeregisterAt.
+func (r *Registry) validNodePath(p string) error {
+	rel, below := strings.CutPrefix(p, r.cfg.Prefix+"/")
+	if r.cfg.Prefix == "/" {
+		rel, below = strings.CutPrefix(p, "/")
+	}
+	switch {
+	case path.Clean(p) != p || !below:
+		return fmt.Errorf("%w: not a clean path below the prefix %s", registry.ErrInvalid, r.cfg.Prefix)
+	case !strings.Contains(rel, "/"):
+		return fmt.Errorf("%w: a node needs a parent below the prefix %s", registry.ErrInvalid, r.cfg.Prefix)
+	}
+	if err := checkPath(p); err != nil {
+		return fmt.Errorf("%w: %w", registry.ErrInvalid, err)
+	}
+	return nil
+}
+
+// keepNode makes p in's ephemeral node and has the keeper maintain it.
+func (r *Registry) keepNode(ctx context.Context, p string, in registry.Instance) error {
+	data, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return r.write(ctx, func(conn *zk.Conn) error {
 		if err := r.ensure(conn, p, data, true); err != nil {
 			return err
 		}
@@ -192,10 +237,6 @@ func (r *Registry) Register(ctx context.Context, in registry.Instance) error {
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("zk: register %s/%s: %w", in.Service, in.ID, err)
-	}
-	return nil
 }
 
 // Deregister removes the instance's node, if this Registry created it, and
@@ -209,9 +250,28 @@ func (r *Registry) Deregister(ctx context.Context, in registry.Instance) error {
 	if err := validID(in); err != nil {
 		return fmt.Errorf("zk: deregister: %w", err)
 	}
-	p := r.NodePath(in.Service, in.ID)
+	if err := r.dropNode(ctx, r.NodePath(in.Service, in.ID)); err != nil {
+		return fmt.Errorf("zk: deregister %s/%s: %w", in.Service, in.ID, err)
+	}
+	return nil
+}
+
+// DeregisterAt removes the node RegisterAt published at p, as Deregister
+// removes Register's.
+func (r *Registry) DeregisterAt(ctx context.Context, p string) error {
+	if err := r.validNodePath(p); err != nil {
+		return fmt.Errorf("zk: deregister at %s: %w", p, err)
+	}
+	if err := r.dropNode(ctx, p); err != nil {
+		return fmt.Errorf("zk: deregister at %s: %w", p, err)
+	}
+	return nil
+}
+
+// dropNode stops maintaining node p and removes it, if it is ours.
+func (r *Registry) dropNode(ctx context.Context, p string) error {
 	if r.isClosed() {
-		return fmt.Errorf("zk: deregister %s/%s: %w", in.Service, in.ID, registry.ErrClosed)
+		return registry.ErrClosed
 	}
 	r.kept.mu.Lock()
 	delete(r.kept.owned, p)
@@ -235,7 +295,7 @@ func (r *Registry) Deregister(ctx context.Context, in registry.Instance) error {
 	})
 	if err != nil {
 		r.poke() // the keeper removes the orphan once it can
-		return fmt.Errorf("zk: deregister %s/%s: %w", in.Service, in.ID, err)
+		return err
 	}
 	return nil
 }
