@@ -70,9 +70,9 @@ type RegistryConfig struct {
 //
 // Register writes each Java export as an ephemeral node
 // {Root}/{interface}/providers/{URL-encoded dubbo:// URL}, under persistent
-// parents. The nodes of one interface are kept by a zk.Registry of their
-// own, with its own session: it re-creates them after a session expiry
-// and deletes them at Close. An export that sets MetaSignatures also gets
+// parents. One zk.Registry keeps the nodes of every interface, on one
+// session: it re-creates them after a session expiry and deletes them at
+// Close. An export that sets MetaSignatures also gets
 // its service definition written in Dubbo's metadata report, a persistent
 // node (metadatawrite.go).
 type Registry struct {
@@ -83,9 +83,9 @@ type Registry struct {
 
 	mu        sync.Mutex // guards following
 	closed    bool
-	pubs      map[string]*zk.Registry // by Java interface
-	published map[string]publication  // by instance: Service, NUL, ID
-	reader    *reader                 // zkwatch.go; nil until the first Watch
+	pub       *zk.Registry           // keeps the nodes Register wrote; nil until the first Register
+	published map[string]publication // by instance: Service, NUL, ID
+	reader    *reader                // zkwatch.go; nil until the first Watch
 
 	defs    definitionCache // metadata.go: the service definitions read
 	written sync.Map        // metadata.go: definition path → the JSON written there
@@ -136,7 +136,6 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	return &Registry{
 		cfg:       cfg,
 		log:       cfg.Logger.With("registry", "zookeeper"),
-		pubs:      make(map[string]*zk.Registry),
 		published: make(map[string]publication),
 	}, nil
 }
@@ -171,7 +170,7 @@ func (r *Registry) ProviderPath(in registry.Instance) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return r.servicePath(p.iface) + "/" + categoryProviders + "/" + p.node, true
+	return r.providerNode(p.iface, p.node), true
 }
 
 // Register publishes a Java export: in.Service is the Java interface name,
@@ -205,11 +204,12 @@ func (r *Registry) Register(ctx context.Context, in registry.Instance) error {
 		u := providerURL{protocol: protocolDubbo, addr: in.Addr, path: in.Service, params: withTime}
 		node = zkEncode(u.fullString())
 	}
-	pub, err := r.publisher(in.Service)
+	pub, err := r.publisher()
 	if err != nil {
 		return fmt.Errorf("dubbo: register %s/%s: %w", in.Service, in.ID, err)
 	}
-	if err := pub.Register(ctx, registry.Instance{Service: categoryProviders, ID: node, Addr: in.Addr}); err != nil {
+	at := r.providerNode(in.Service, node)
+	if err := pub.RegisterAt(ctx, at, registry.Instance{Service: categoryProviders, ID: node, Addr: in.Addr}); err != nil {
 		if !had || old.node != node {
 			// The write may still complete, and zk.Registry would then
 			// keep the node: withdraw it. Deregister stops keeping it at
@@ -217,7 +217,7 @@ func (r *Registry) Register(ctx context.Context, in registry.Instance) error {
 			// without waiting.
 			done, cancel := context.WithCancel(context.Background())
 			cancel()
-			_ = pub.Deregister(done, registry.Instance{Service: categoryProviders, ID: node, Addr: in.Addr})
+			_ = pub.DeregisterAt(done, at)
 		}
 		return fmt.Errorf("dubbo: register %s/%s: %w", in.Service, in.ID, err)
 	}
@@ -303,40 +303,47 @@ func sortedUnique(s []string) []string {
 	return out
 }
 
-// publisher returns the zk.Registry that keeps the nodes of iface,
-// creating it on first use.
-func (r *Registry) publisher(iface string) (*zk.Registry, error) {
+// publisher returns the zk.Registry that keeps the provider nodes,
+// creating it on first use. Its prefix is the root: a node's path names
+// its interface (providerNode).
+func (r *Registry) publisher() (*zk.Registry, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return nil, registry.ErrClosed
 	}
-	if pub := r.pubs[iface]; pub != nil {
-		return pub, nil
+	if r.pub != nil {
+		return r.pub, nil
 	}
 	pub, err := zk.New(zk.Config{
 		Servers:        r.cfg.Servers,
-		Prefix:         r.servicePath(iface),
+		Prefix:         r.cfg.Root,
 		SessionTimeout: r.cfg.SessionTimeout,
 		RequestTimeout: r.cfg.RequestTimeout,
-		Logger:         r.cfg.Logger.With("interface", iface),
+		Logger:         r.cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
 	}
-	r.pubs[iface] = pub
+	r.pub = pub
 	return pub, nil
+}
+
+// providerNode returns the path of a provider node of iface:
+// {Root}/{encoded interface}/providers/{node}.
+func (r *Registry) providerNode(iface, node string) string {
+	return r.servicePath(iface) + "/" + categoryProviders + "/" + node
 }
 
 // unpublish removes a node Register wrote.
 func (r *Registry) unpublish(ctx context.Context, p publication) error {
 	r.mu.Lock()
-	pub := r.pubs[p.iface]
+	pub := r.pub
 	r.mu.Unlock()
 	if pub == nil {
 		return registry.ErrClosed
 	}
-	return pub.Deregister(ctx, registry.Instance{Service: categoryProviders, ID: p.node, Addr: p.addr})
+	return pub.DeregisterAt(ctx, r.providerNode(p.iface, p.node))
 }
 
 // Deregister removes the node Register wrote for the instance (by Service
@@ -373,27 +380,16 @@ func (r *Registry) Close() error {
 		return registry.ErrClosed
 	}
 	r.closed = true
-	pubs := make([]*zk.Registry, 0, len(r.pubs))
-	for _, p := range r.pubs {
-		pubs = append(pubs, p)
-	}
-	rd := r.reader
+	pub, rd := r.pub, r.reader
 	r.mu.Unlock()
-	var errs []error
-	var wg sync.WaitGroup
-	var emu sync.Mutex
-	for _, p := range pubs {
-		wg.Go(func() {
-			if err := p.Close(); err != nil && !errors.Is(err, registry.ErrClosed) {
-				emu.Lock()
-				errs = append(errs, err)
-				emu.Unlock()
-			}
-		})
+	var err error
+	if pub != nil {
+		if err = pub.Close(); errors.Is(err, registry.ErrClosed) {
+			err = nil
+		}
 	}
 	if rd != nil {
 		rd.close()
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return err
 }

@@ -276,6 +276,37 @@ func TestCloseRemovesProviderNode(t *testing.T) {
 	}
 }
 
+// The provider nodes of several interfaces share one session: a process
+// that exports many interfaces holds one ZooKeeper connection to publish,
+// as Java's registry does.
+func TestInterfacesShareOneSession(t *testing.T) {
+	zs := zktest.Shared(t)
+	r := newTestRegistry(t, "zookeeper://"+zs.Addr())
+	conn := rawConn(t, zs.Addr())
+	owners := map[int64][]string{}
+	for i := range 3 {
+		iface := ifaceFor(t) + strconv.Itoa(i)
+		if err := r.Register(context.Background(), export(iface, "127.0.0.1:20880", nil)); err != nil {
+			t.Fatal(err)
+		}
+		node, ok := r.ProviderPath(export(iface, "127.0.0.1:20880", nil))
+		if !ok {
+			t.Fatalf("no provider path for %s", iface)
+		}
+		_, stat, err := conn.Get(node)
+		if err != nil {
+			t.Fatalf("Get %s: %v", node, err)
+		}
+		owners[stat.EphemeralOwner] = append(owners[stat.EphemeralOwner], iface)
+	}
+	if len(owners) != 1 {
+		t.Errorf("the provider nodes belong to %d sessions (%v); want one", len(owners), owners)
+	}
+	if _, ok := owners[0]; ok {
+		t.Errorf("a provider node is persistent: %v", owners[0])
+	}
+}
+
 // cutter forwards TCP connections to a server until Cut: a partition
 // between one client and ZooKeeper.
 type cutter struct {
