@@ -137,6 +137,7 @@ func (c *Client) run(ctx context.Context, call *Call) error {
 		}
 		return protocol.NotSent(status, "resolve "+call.balanced(), err)
 	}
+	call.st = st
 	c.budget.call(call.start.Unix())
 	if !call.Idempotent && c.opts.idempotencyKeys {
 		if _, ok := call.Attachments[protocol.AttachIdempotencyKey]; !ok {

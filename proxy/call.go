@@ -83,6 +83,7 @@ type Call struct {
 	key   string
 	start time.Time        // when Invoke began
 	tried [maxTried]string // instances this call attempted, for retries
+	st    *serviceState    // the balanced service's, once resolved
 }
 
 // balanced is the service whose instances take the call's attempts: the

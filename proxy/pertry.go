@@ -65,11 +65,17 @@ func (p *latencyPeak) timeout(now int64) (time.Duration, bool) {
 
 // adaptivePerTry returns the adaptive per-try timeout of call's attempt on
 // addr at now, and false when none applies. It applies to an idempotent
-// attempt that a retry may follow, when RetryPolicy.PerTryTimeout is zero.
-// The last attempt, and a hedged call's (which has its backup), may use
-// all that remains.
+// attempt that a retry may follow, when RetryPolicy.PerTryTimeout is zero
+// and the service lists an instance at another address. The last attempt,
+// and a hedged call's (which has its backup), may use all that remains.
 func (c *Client) adaptivePerTry(call *Call, addr string, now time.Time) (time.Duration, bool) {
 	if !call.Idempotent || c.opts.retry.PerTryTimeout != 0 || call.Attempt == 0 || call.Attempt >= c.opts.retry.MaxAttempts {
+		return 0, false
+	}
+	if call.st != nil && !call.st.listsOther(addr) {
+		// The retry would go to the same instance: the cut would only
+		// start the same work there again, and when the instance is
+		// slow because of load, add to it.
 		return 0, false
 	}
 	h := (*c.breakers.m.Load())[addr]
@@ -85,4 +91,19 @@ func (c *Client) adaptivePerTry(call *Call, addr string, now time.Time) (time.Du
 	// peak for seconds, and a frozen instance would then take most of the
 	// budget.
 	return min(t, call.Deadline.Sub(now)/2), true
+}
+
+// listsOther reports whether the service lists an instance at an address
+// other than addr.
+func (st *serviceState) listsOther(addr string) bool {
+	p := st.ins.Load()
+	if p == nil {
+		return false
+	}
+	for i := range *p {
+		if (*p)[i].Addr != addr {
+			return true
+		}
+	}
+	return false
 }

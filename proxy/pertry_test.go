@@ -174,3 +174,55 @@ func TestAdaptivePerTrySparesLargeRequests(t *testing.T) {
 		t.Fatalf("the large request reached the server %d times, want once", n)
 	}
 }
+
+// TestAdaptivePerTryNeedsAnotherInstance: with one instance listed, the
+// adaptive per-try timeout does not cut an idempotent call that is slower
+// than the instance's peak: a retry could only go to the same instance.
+// The slow request reaches the server once, and the call succeeds.
+func TestAdaptivePerTryNeedsAnotherInstance(t *testing.T) {
+	const slow = 300 * time.Millisecond // over the adaptive floor, 100 ms
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slowCalls atomic.Int64
+	srv := transport.NewServer(transport.HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+		var in pb.StockRequest
+		if err := gproto.Unmarshal(req.Payload, &in); err == nil && in.Sku == "slow" {
+			slowCalls.Add(1)
+			select {
+			case <-time.After(slow):
+			case <-ctx.Done():
+				return
+			}
+		}
+		resp.Payload, _ = gproto.Marshal(&pb.StockReply{Sku: "ok"})
+	}), transport.ServerConfig{Logger: quiet})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	var attempts atomic.Int64
+	count := func(next proxy.Invoker) proxy.Invoker {
+		return func(ctx context.Context, call *proxy.Call) error {
+			call.OnAttempt = func(proxy.AttemptInfo) { attempts.Add(1) }
+			return next(ctx, call)
+		}
+	}
+	c := client(t, []string{l.Addr().String()}, proxy.WithMiddleware(count))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range 50 { // the instance's latency peak learns quick calls
+		if _, err := invoke(ctx, c, proxy.Idempotent()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attempts.Store(0)
+	err = c.Invoke(ctx, service, "M", &pb.StockRequest{Sku: "slow"}, new(pb.StockReply), proxy.Idempotent(),
+		proxy.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("an idempotent call that takes %v on the only instance: %v", slow, err)
+	}
+	if n, a := slowCalls.Load(), attempts.Load(); n != 1 || a != 1 {
+		t.Errorf("the slow request reached the server %d times in %d attempts, want once in one", n, a)
+	}
+}
