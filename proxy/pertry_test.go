@@ -132,21 +132,19 @@ func TestFrozenInstanceOnDefaults(t *testing.T) {
 	}
 }
 
-// TestAdaptivePerTrySparesLargeRequests: the adaptive per-try timeout,
-// learned from small calls that answer at once, does not cut a large
-// request (64 KiB or more) whose transfer and handling take longer than
-// it: the large call succeeds on its first attempt, sent once.
-func TestAdaptivePerTrySparesLargeRequests(t *testing.T) {
-	const slow = 300 * time.Millisecond // over the adaptive floor, 100 ms
+// slowServer starts a server whose handler takes slow (or until the call
+// is cancelled) for the requests isSlow picks, and answers the others at
+// once. It returns its address and the count of the slow requests run.
+func slowServer(t *testing.T, slow time.Duration, isSlow func(*protocol.Message) bool) (string, *atomic.Int64) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var large atomic.Int64
+	var n atomic.Int64
 	srv := transport.NewServer(transport.HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
-		if len(req.Payload) >= 64<<10 {
-			large.Add(1)
-			// The handler's work: a large request takes this long.
+		if isSlow(req) {
+			n.Add(1)
 			select {
 			case <-time.After(slow):
 			case <-ctx.Done():
@@ -158,14 +156,31 @@ func TestAdaptivePerTrySparesLargeRequests(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	t.Cleanup(func() { srv.Close(); <-done })
-	c := client(t, []string{l.Addr().String(), deadAddr(t)})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for range 50 { // the instance's latency peak learns small calls
+	return l.Addr().String(), &n
+}
+
+// warmPeak makes 50 quick idempotent calls with c: the instance's latency
+// peak learns them.
+func warmPeak(ctx context.Context, t *testing.T, c *proxy.Client) {
+	t.Helper()
+	for range 50 {
 		if _, err := invoke(ctx, c, proxy.Idempotent()); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestAdaptivePerTrySparesLargeRequests: the adaptive per-try timeout,
+// learned from small calls that answer at once, does not cut a large
+// request (64 KiB or more) whose transfer and handling take longer than
+// it: the large call succeeds on its first attempt, sent once.
+func TestAdaptivePerTrySparesLargeRequests(t *testing.T) {
+	const slow = 300 * time.Millisecond // over the adaptive floor, 100 ms
+	addr, large := slowServer(t, slow, func(req *protocol.Message) bool { return len(req.Payload) >= 64<<10 })
+	c := client(t, []string{addr, deadAddr(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	warmPeak(ctx, t, c)
 	req := &pb.StockRequest{Sku: string(make([]byte, 128<<10))}
 	if err := c.Invoke(ctx, service, "M", req, new(pb.StockReply), proxy.Idempotent(), proxy.Timeout(5*time.Second)); err != nil {
 		t.Fatalf("a large idempotent call that takes %v: %v", slow, err)
@@ -181,26 +196,10 @@ func TestAdaptivePerTrySparesLargeRequests(t *testing.T) {
 // The slow request reaches the server once, and the call succeeds.
 func TestAdaptivePerTryNeedsAnotherInstance(t *testing.T) {
 	const slow = 300 * time.Millisecond // over the adaptive floor, 100 ms
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var slowCalls atomic.Int64
-	srv := transport.NewServer(transport.HandlerFunc(func(ctx context.Context, req, resp *protocol.Message) {
+	addr, slowCalls := slowServer(t, slow, func(req *protocol.Message) bool {
 		var in pb.StockRequest
-		if err := gproto.Unmarshal(req.Payload, &in); err == nil && in.Sku == "slow" {
-			slowCalls.Add(1)
-			select {
-			case <-time.After(slow):
-			case <-ctx.Done():
-				return
-			}
-		}
-		resp.Payload, _ = gproto.Marshal(&pb.StockReply{Sku: "ok"})
-	}), transport.ServerConfig{Logger: quiet})
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	t.Cleanup(func() { srv.Close(); <-done })
+		return gproto.Unmarshal(req.Payload, &in) == nil && in.Sku == "slow"
+	})
 	var attempts atomic.Int64
 	count := func(next proxy.Invoker) proxy.Invoker {
 		return func(ctx context.Context, call *proxy.Call) error {
@@ -208,16 +207,12 @@ func TestAdaptivePerTryNeedsAnotherInstance(t *testing.T) {
 			return next(ctx, call)
 		}
 	}
-	c := client(t, []string{l.Addr().String()}, proxy.WithMiddleware(count))
+	c := client(t, []string{addr}, proxy.WithMiddleware(count))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for range 50 { // the instance's latency peak learns quick calls
-		if _, err := invoke(ctx, c, proxy.Idempotent()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	warmPeak(ctx, t, c)
 	attempts.Store(0)
-	err = c.Invoke(ctx, service, "M", &pb.StockRequest{Sku: "slow"}, new(pb.StockReply), proxy.Idempotent(),
+	err := c.Invoke(ctx, service, "M", &pb.StockRequest{Sku: "slow"}, new(pb.StockReply), proxy.Idempotent(),
 		proxy.Timeout(5*time.Second))
 	if err != nil {
 		t.Fatalf("an idempotent call that takes %v on the only instance: %v", slow, err)
