@@ -5,6 +5,7 @@ package transport
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -682,6 +683,38 @@ func TestEvictedPoolCallsOnNewConnection(t *testing.T) {
 	call()
 	if n := obs.opened.Load() - opened; n != 1 {
 		t.Errorf("the call after go-away opened %d connections, want 1", n)
+	}
+}
+
+// A call that picked a connection just before the server's go-away
+// reached it is refused there before its request is written, and goes on
+// a new connection to the address: it succeeds, sent once.
+func TestGoneAwayAfterPickSendsOnNewConnection(t *testing.T) {
+	ts := startServer(t, echo, ServerConfig{})
+	p := newPool(t, Config{ConnsPerAddr: 1})
+	resp, err := p.RoundTrip(testCtx(t), ts.addr, newRequest("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(resp)
+	e := (*p.eps.Load())[ts.addr]
+	picked := e.slots[0].Load()
+	// The go-away event, as the connection's reader reads it.
+	var ev protocol.Message
+	if err := protocol.NewReader(bufio.NewReader(bytes.NewReader(protocol.AppendGoAway(nil, 9))), 0).Read(&ev); err != nil {
+		t.Fatal(err)
+	}
+	picked.event(&ev)
+	resp, err = e.send(testCtx(t), 0, picked, newRequest("second"), time.Time{})
+	if err != nil {
+		t.Fatalf("a call on a connection that went away after the pick: %v", err)
+	}
+	if string(resp.Payload) != "second" {
+		t.Errorf("answer %q, want the echo of \"second\"", resp.Payload)
+	}
+	p.Release(resp)
+	if now := e.slots[0].Load(); now == picked || now == nil {
+		t.Error("the call did not go on a new connection")
 	}
 }
 

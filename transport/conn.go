@@ -191,6 +191,11 @@ func (c *clientConn) register(id uint64, cl *call, mayRead bool) (gen uint64, er
 	defer c.mu.Unlock()
 	switch c.load() {
 	case connClosed:
+		if c.wentAway {
+			// It went away and closed after its last call, both since
+			// the pick: the call goes on another connection.
+			return 0, c.errGoneAway()
+		}
 		return 0, protocol.NotSent(protocol.StatusChannelInactive, "connection closed before sending", c.err)
 	case connReadOnly:
 		return 0, c.errReadOnly()

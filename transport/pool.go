@@ -156,10 +156,15 @@ func (p *Pool) RoundTrip(ctx context.Context, addr string, req *protocol.Message
 	if timed {
 		return e.pace.timeSmall(ctx, c, req, start)
 	}
+	return e.send(ctx, i, c, req, start)
+}
+
+// send makes req's round trip on c, the connection picked from slot i.
+// When the server sent go-away on c after the pick, c refuses the call
+// before writing it, and another connection to the address takes it.
+func (e *endpoint) send(ctx context.Context, i int, c *clientConn, req *protocol.Message, start time.Time) (*protocol.Message, error) {
 	resp, err := c.roundTrip(ctx, req, start)
 	if err != nil && errors.Is(err, errUnsentGoneAway) {
-		// The server sent go-away on c after it was picked: nothing was
-		// sent, and another connection to the address takes the request.
 		if req.Timeout > 0 && start.IsZero() {
 			start = time.Now()
 		}
