@@ -292,9 +292,28 @@ func writesSince(t *testing.T, sc *serverConn, base uint64) uint64 {
 }
 
 // The requests of a burst run one after the other on the reader, and
-// their answers leave in one write.
+// their answers leave in one write when the reader found the burst
+// without waiting, as on a saturated connection (burstGap).
 func TestBurstRunsOnTheReaderInOneWrite(t *testing.T) {
-	ts := startServer(t, echo, ServerConfig{inlineQuick: time.Hour, inlinePeriod: time.Hour})
+	if got := burstWrites(t, time.Hour); got != 1 {
+		t.Errorf("the burst's answers took %d writes, want 1", got)
+	}
+}
+
+// The first burstHead answers of a burst the reader waited for leave at
+// once, and the rest together after them: two writes.
+func TestWaitedBurstHeadLeavesFirst(t *testing.T) {
+	if got := burstWrites(t, time.Nanosecond); got != 2 {
+		t.Errorf("the answers of a burst the reader waited for took %d writes, want 2 (the first %d, then the rest)", got, burstHead)
+	}
+}
+
+// burstWrites sends a burst of 8 requests, all run on the reader, to a
+// server whose readers count a wait over gap as waiting for a burst, and
+// returns the writes its answers took.
+func burstWrites(t *testing.T, gap time.Duration) uint64 {
+	t.Helper()
+	ts := startServer(t, echo, ServerConfig{inlineQuick: time.Hour, inlinePeriod: time.Hour, burstGap: gap})
 	c, rd := serveRaw(t, ts.addr)
 	sc := onlyConn(t, ts.srv)
 	// The heartbeat serveRaw exchanged was the connection's first write.
@@ -314,9 +333,7 @@ func TestBurstRunsOnTheReaderInOneWrite(t *testing.T) {
 	if runs := inlineRuns(ts.srv); runs != n {
 		t.Errorf("%d of the burst's %d calls ran on the reader, want all", runs, n)
 	}
-	if got := writesSince(t, sc, writes); got != 1 {
-		t.Errorf("the burst's answers took %d writes, want 1", got)
-	}
+	return writesSince(t, sc, writes)
 }
 
 // The calls of a burst run on the reader only while together they took

@@ -114,12 +114,17 @@ type ServerConfig struct {
 	// inlinePeriod replaces the const of that name when positive (tests
 	// that must not see the watch move a call on a loaded machine).
 	inlinePeriod time.Duration
+	// burstGap replaces the const of that name when positive (tests).
+	burstGap time.Duration
 }
 
 // withDefaults returns cfg with every unset field at its default.
 func (cfg ServerConfig) withDefaults() ServerConfig {
 	if cfg.inlineQuick <= 0 {
 		cfg.inlineQuick = inlineQuick
+	}
+	if cfg.burstGap <= 0 {
+		cfg.burstGap = burstGap
 	}
 	if cfg.inlinePeriod <= 0 {
 		cfg.inlinePeriod = inlinePeriod

@@ -59,7 +59,23 @@ type readState struct {
 	// burst is how long the calls run here since the read buffer last
 	// ran out of whole frames took.
 	burst time.Duration
+	// early counts the answers of a burst still to run before those
+	// held so far are written (burstHead).
+	early int
+	// waitFrom is when the last burst ended: the reader began to wait
+	// for the next one.
+	waitFrom time.Time
 }
+
+// burstHead is how many answers of a burst the reader waited for are
+// written as soon as they are ready, together, before the rest of the
+// burst runs. burstGap is the wait that tells such a burst from one a
+// saturated connection had ready at once. docs/performance.md has the
+// measurements behind both.
+const (
+	burstHead = 2
+	burstGap  = 10 * time.Microsecond
+)
 
 // read reads and dispatches frames until the connection fails, or until
 // it hands the reading to another goroutine while it runs a handler. The
@@ -95,6 +111,7 @@ func (sc *serverConn) read(st *readState) {
 				st.corked = false
 				_ = sc.w.uncork() // a failed write closes the connection itself
 			}
+			st.waitFrom = time.Now()
 		}
 		call := serverCallPool.Get().(*serverCall)
 		sc.watch.waiting(br.Buffered() > 0, sc.live.reads.Load())
@@ -164,9 +181,21 @@ func (sc *serverConn) read(st *readState) {
 			// No other call runs for this connection: this one runs here,
 			// with no hand-off to a worker (inline.go). The frames read
 			// with it wait for it, and the answers of such a burst leave
-			// together.
+			// together, but for the first ones of a burst the reader
+			// waited for.
 			if !st.corked && wholeFrame(br) {
 				st.corked = true
+				st.early = 0
+				if time.Since(st.waitFrom) > s.cfg.burstGap {
+					// The reader waited for this burst: its callers
+					// send in waves, and the connection is not
+					// saturated. The first answers leave at once, so
+					// that their callers send again while the rest
+					// runs. A burst found without waiting (a saturated
+					// connection) is answered in one write: the writes
+					// saved are worth more there.
+					st.early = burstHead
+				}
 				sc.w.cork()
 			}
 			// st is read before enter: from then on the watch may pass it
@@ -180,6 +209,12 @@ func (sc *serverConn) read(st *readState) {
 				// st is the new reader's now (the watch set its skip).
 				handed = true
 				return
+			}
+			if st.early > 0 {
+				if st.early--; st.early == 0 && st.corked {
+					_ = sc.w.uncork() // a failed write closes the connection itself
+					sc.w.cork()
+				}
 			}
 			if st.burst += took; slow {
 				// The frames that came meanwhile waited for the calls run
