@@ -688,7 +688,7 @@ func TestEvictedPoolCallsOnNewConnection(t *testing.T) {
 
 // A call that picked a connection just before the server's go-away
 // reached it is refused there before its request is written, and goes on
-// a new connection to the address: it succeeds, sent once.
+// a new connection to the address, where it succeeds.
 func TestGoneAwayAfterPickSendsOnNewConnection(t *testing.T) {
 	ts := startServer(t, echo, ServerConfig{})
 	p := newPool(t, Config{ConnsPerAddr: 1})
